@@ -4,11 +4,9 @@ trajectories, and the static viewer rendered in Chromium."""
 from __future__ import annotations
 
 import asyncio
-import http.server
 import io
 import json
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 import env as webenv
 import eval as ev
 import trainlib
+from fake_openai import ChatHandler, serve
 
 TASKS = "miniwob:click-button,login-user"
 
@@ -91,50 +90,33 @@ def test_eval_tiny_two_tasks_results_match_trajectories(tiny_run):
 
 # ---- an OpenAI-compatible endpoint (prompting baselines), faked locally ----
 
-class _FakeChat(http.server.BaseHTTPRequestHandler):
+class _FakeChat(ChatHandler):
     """Chat completions that click the element whose text is the intent's quoted word ("Click on the
     "No" button." -> the <button> reading No); with nothing quoted (login-user) it gives up with exit()."""
+    bodies: list = []
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.bodies.append(body)
+    def chat(self, body):
+        self.bodies.append(body)
         users = [m["content"] for m in body["messages"] if m["role"] == "user"]
         intent = re.search(r"Task Instruction: (.*)", users[0]).group(1)
         target = re.search(r'"([^"]+)"', intent)
         hit = target and re.search(r'<button id="(\d+)"[^>]*>\s*' + re.escape(target.group(1)) + r"\s*</button>",
                                    users[-1])
         if hit:
-            text = (f'<think># Element: the "{target.group(1)}" button</think>'
-                    f'<answer>do(action="Click", element="{hit.group(1)}")</answer>')
+            self.reply_text(f'<think># Element: the "{target.group(1)}" button</think>'
+                            f'<answer>do(action="Click", element="{hit.group(1)}")</answer>')
         else:
-            text = '<think>I cannot find it</think><answer>exit(message="give up")</answer>'
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text},
-                                        "finish_reason": "stop"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+            self.reply_text('<think>I cannot find it</think><answer>exit(message="give up")</answer>')
 
 
 @pytest.fixture(scope="module")
 def openai_run(tmp_path_factory):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeChat)
-    server.bodies = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    _FakeChat.bodies = []
     out = tmp_path_factory.mktemp("eval_openai")
-    try:
-        ev.main(ev.Args(backend="openai", base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
-                        api_model="fake-clicker", model="clicker", tasks=TASKS, episodes=2, max_steps="3",
-                        max_new_tokens=64, concurrency=4, out=str(out)))
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-    return out, server.bodies
+    with serve(_FakeChat) as url:
+        ev.main(ev.Args(backend="openai", base_url=f"{url}/v1", api_model="fake-clicker", model="clicker",
+                        tasks=TASKS, episodes=2, max_steps="3", max_new_tokens=64, concurrency=4, out=str(out)))
+    return out, _FakeChat.bodies
 
 
 def test_eval_openai_backend_against_fake_server(openai_run):

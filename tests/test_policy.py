@@ -6,13 +6,11 @@ from __future__ import annotations
 import ast
 import asyncio
 import glob
-import http.server
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import types
 
@@ -20,6 +18,7 @@ import pytest
 import torch
 
 import policy
+from fake_openai import ChatHandler, serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = "tiny:layers=2,hidden=64,heads=4,kv_heads=2,intermediate=128"
@@ -263,41 +262,28 @@ def test_hf_backend_logprobs_of_matches_model(tiny):
 
 # ---- OpenAI-compatible backend (real local HTTP server) ----
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(ChatHandler):
     calls: list = []          # (path, body, headers) per request; reset per test
     slow_left = 0
 
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-    def _reply(self, code: int, payload: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def chat(self, body):
         self.calls.append((self.path, body, dict(self.headers)))
         mode = self.path.split("/")[1]
-        ok = json.dumps({"choices": [{"message": {"role": "assistant", "content": f"echo {mode}"},
-                                      "finish_reason": "stop"}]}).encode()
         if mode == "slow" and type(self).slow_left > 0:
             type(self).slow_left -= 1
             time.sleep(4.0)                    # longer than the client's timeout: it gives up, retries
         if mode == "malformed":
-            return self._reply(200, b'{"choices": [ {"message": ')
+            return self.reply(200, b'{"choices": [ {"message": ')
         if mode == "nochoices":
-            return self._reply(200, b'{"choices": []}')
+            return self.reply(200, b'{"choices": []}')
         if mode == "empty":
-            return self._reply(200, json.dumps({"choices": [{"message": {"content": ""}}]}).encode())
+            return self.reply(200, json.dumps({"choices": [{"message": {"content": ""}}]}).encode())
         if mode == "error500":
-            return self._reply(500, b'{"error": "boom"}')
+            return self.reply(500, b'{"error": "boom"}')
         if mode == "error400":
-            return self._reply(400, b'{"error": "bad request"}')
+            return self.reply(400, b'{"error": "bad request"}')
         try:
-            self._reply(200, ok)
+            self.reply_text(f"echo {mode}")
         except (BrokenPipeError, ConnectionResetError):
             pass                               # the client timed out and closed the socket
 
@@ -306,13 +292,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def server():
     _Handler.calls = []
     _Handler.slow_left = 1
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    with serve(_Handler) as url:
+        yield url
 
 
 def _openai(base, mode, **kw):

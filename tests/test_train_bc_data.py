@@ -1,15 +1,14 @@
 """train_bc.py data paths: our trajectory JSONL, the WebRL/VAB sharegpt format, and the R1-CoT rewrite
 against a real local HTTP teacher (including one that fails)."""
 import asyncio
-import http.server
 import json
-import threading
 
 import pytest
 
 import compress
 import policy
 import train_bc
+from fake_openai import ChatHandler, serve
 
 OBS0 = '<html> <input id="0" type="text" placeholder="Username"> </input> <button id="1"> Login </button> </html>'
 OBS1 = '<html> <input id="0" type="text" value="bob"> </input> <button id="1"> Login </button> </html>'
@@ -61,40 +60,24 @@ def test_sharegpt_loader_rejects_bad_records():
         train_bc.sharegpt_step({"conversations": [{"from": "human", "value": "x"}]})
 
 
-class _Teacher(http.server.BaseHTTPRequestHandler):
+class _Teacher(ChatHandler):
     """OpenAI-compatible chat completions: echoes a first-person thought, or fails with HTTP 500."""
     fail = False
     calls = 0
 
-    def do_POST(self):  # noqa: N802 (http.server API)
+    def chat(self, body):
         type(self).calls += 1
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if type(self).fail:
-            self.send_response(500)
-            self.end_headers()
-            return
-        prompt = body["messages"][0]["content"]
-        action = prompt.split("Next action: ")[1].splitlines()[0]
-        reply = {"choices": [{"message": {"role": "assistant", "content": f"I look at the page and decide: {action}."},
-                              "finish_reason": "stop"}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+            return self.reply(500)
+        action = body["messages"][0]["content"].split("Next action: ")[1].splitlines()[0]
+        self.reply_text(f"I look at the page and decide: {action}.")
 
 
 @pytest.fixture
 def teacher_url():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Teacher)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     _Teacher.fail, _Teacher.calls = False, 0
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with serve(_Teacher) as url:
+        yield f"{url}/v1"
 
 
 def _teacher(url):

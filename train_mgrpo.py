@@ -108,7 +108,9 @@ class Args:
     seed: int = 0
     """seed of sampling and of the MiniWoB training episodes"""
     torch_threads: int = 1
-    """CPU only: torch threads (0 = torch's default; 1 is fastest while Chromium shares the cores)"""
+    """CPU only: torch threads of generation (0 = torch's default; 1 is fastest while Chromium shares the cores)"""
+    update_threads: int = 0
+    """CPU only: torch threads of the update, which runs while the browsers are idle (0 = torch's default)"""
     save_every: int = 10
     """checkpoint every N steps (0: only at the end)"""
     resume: bool = False
@@ -289,7 +291,7 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
 def main(args: Args) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     rank, local_rank, world = trainlib.init_distributed()
-    trainlib.set_cpu_threads(args.torch_threads)
+    trainlib.set_cpu_threads(args.update_threads)   # this thread updates; generation has its own thread
     device, dtype = policy.decide_device()
     if not args.ds_config:
         args.ds_config = "configs/zero3.json" if device.type == "cuda" else "configs/zero0.json"

@@ -49,7 +49,7 @@ class Args:
     seed: int = 0
     """sampling and episode seed"""
     torch_threads: int = 1
-    """CPU torch threads of the generation thread and the update"""
+    """CPU torch threads of the generation thread (the update is timed with 1 and with every core)"""
 
 
 class LockStep:
@@ -118,6 +118,7 @@ async def run_mode(envs, backend, tokenizer, tasks, args, lock_step: bool):
 
 
 async def main(args: Args) -> None:
+    all_cores = torch.get_num_threads()                     # torch's default, before anything changes it
     trainlib.set_cpu_threads(args.torch_threads)
     model, tok = policy.load(args.model)
     backend = policy.HFBackend(model, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -150,12 +151,18 @@ async def main(args: Args) -> None:
     adv = [1.0 if t.reward > 0 else -1.0 for t in trajs for _ in t.samples]
     w = [1.0 / len(samples)] * len(samples)
     ref, _ = policy.load(args.model)
-    t0 = time.perf_counter()
-    train_mgrpo.update(engine, ref, samples, adv, w, tok.pad_token_id,
-                       train_mgrpo.Args(micro_batch=4, updates_per_batch=1))
-    t_train = time.perf_counter() - t0
-    print(f"one M-GRPO step: rollout {a[1]:.2f} s, update {t_train:.2f} s ({len(samples)} action samples) "
-          f"-> rollout {a[1] / (a[1] + t_train):.0%} / train {t_train / (a[1] + t_train):.0%}")
+    t_train = {}
+    for n_threads in (all_cores, 1, all_cores):   # warm-up, then train_mgrpo's --update-threads 1 vs 0
+        torch.set_num_threads(n_threads)
+        t0 = time.perf_counter()
+        train_mgrpo.update(engine, ref, samples, adv, w, tok.pad_token_id,
+                           train_mgrpo.Args(micro_batch=4, updates_per_batch=1))
+        t_train[n_threads] = time.perf_counter() - t0
+        print(f"update with {n_threads} torch thread(s): {t_train[n_threads]:.2f} s ({len(samples)} action samples)")
+    print(f"update, {all_cores} threads / 1 thread: x{t_train[1] / t_train[all_cores]:.2f} faster")
+    best = t_train[all_cores]
+    print(f"one M-GRPO step: rollout {a[1]:.2f} s, update {best:.2f} s "
+          f"-> rollout {a[1] / (a[1] + best):.0%} / train {best / (a[1] + best):.0%}")
 
 
 if __name__ == "__main__":

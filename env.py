@@ -826,7 +826,8 @@ class BrowserPool:
     """
 
     def __init__(self, executable_path: str | None = None, headless: bool = True, *,
-                 args: tuple[str, ...] = (), launch_timeout_s: float = 60.0) -> None:
+                 args: tuple[str, ...] = (), launch_timeout_s: float = 60.0,
+                 max_concurrent_resets: int | None = None) -> None:
         self.executable_path = executable_path
         self.headless = headless
         self.extra_args = tuple(args)
@@ -838,6 +839,9 @@ class BrowserPool:
         self._lock = asyncio.Lock()
         self._envs: set[WebEnv] = set()
         self._files: dict[Path, bytes] = {}           # MiniWoB files served from memory
+        # Page loads at once: 64 simultaneous resets on a 2-core box all miss their navigation timeout
+        # (and their retries too); queued, 4 per core, each finishes in well under a second.
+        self.reset_slots = asyncio.Semaphore(max_concurrent_resets or 4 * (os.cpu_count() or 1))
 
     async def __aenter__(self) -> "BrowserPool":
         await self.start()
@@ -1253,7 +1257,8 @@ class WebEnv:
         reuse = self._can_reuse(task)
         for attempt in range(2):
             try:
-                return await self._reset_once(task, reuse)
+                async with self.pool.reset_slots:
+                    return await self._reset_once(task, reuse)
             except (PlaywrightError, asyncio.TimeoutError) as e:
                 reason = self._dead_reason() or _first_line(e)
                 self._done, self._done_reason = True, "crash"

@@ -49,6 +49,34 @@ def test_eight_parallel_contexts_are_isolated(run, pool):
     assert all(r.reward == 1.0 and r.info["done_reason"] == "page_done" for r in results)
 
 
+def test_resets_queue_for_page_load_slots(run, pool, monkeypatch):
+    """Many envs resetting at once load at most ``max_concurrent_resets`` pages at a time (64 at once on a
+    2-core box all missed their navigation timeout), and every reset still succeeds."""
+    in_flight, peak = 0, 0
+    real = env.WebEnv._reset_once
+
+    async def counted(self, *a, **kw):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            return await real(self, *a, **kw)
+        finally:
+            in_flight -= 1
+    monkeypatch.setattr(env.WebEnv, "_reset_once", counted)
+    monkeypatch.setattr(pool, "reset_slots", asyncio.Semaphore(2))
+
+    async def go():
+        envs = [await pool.new_env() for _ in range(6)]
+        try:
+            return await asyncio.gather(*(e.reset(task("click-link", seed=i)) for i, e in enumerate(envs)))
+        finally:
+            for e in envs:
+                await e.close()
+    obs = run(go())
+    assert peak == 2 and len({o.intent for o in obs}) > 1 and all('id="0"' in o.text for o in obs)
+
+
 def test_requests_outside_allowed_hosts_are_blocked_and_counted(run, pool):
     async def go():
         e = await pool.new_env()

@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import random
-import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -357,12 +356,9 @@ def main(args: Args) -> Path:
     bar.close()
 
     # ---- save ----
-    trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
-    final = out / "hf"
-    trainlib.export_hf(engine, tokenizer, out / "hf.tmp", rank)
+    ckpt = trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+    final = trainlib.publish_hf(ckpt, out, rank)
     if rank == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        (out / "hf.tmp").rename(final)
         metrics.close()
         trainlib.plot_metrics(out / "metrics.jsonl", [("train/loss", "loss (Eq. 1)"),
                               ("train/action_token_acc", "action-token accuracy"), ("train/lr", "learning rate")],

@@ -33,7 +33,6 @@ import dataclasses
 import json
 import logging
 import math
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -417,19 +416,17 @@ def main(args: Args) -> Path:
         bar.close()
 
     # ---- save ----
-    trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
-    trainlib.export_hf(engine, tokenizer, out / "hf.tmp", rank)
+    ckpt = trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+    final = trainlib.publish_hf(ckpt, out, rank)
     if rank == 0:
-        shutil.rmtree(out / "hf", ignore_errors=True)
-        (out / "hf.tmp").rename(out / "hf")
         metrics.close()
         trainlib.plot_metrics(out / "metrics.jsonl", [("rollout/success_rate", "success rate"),
                               ("rollout/response_tokens", "response tokens / trajectory"),
                               ("rollout/num_turns", "interactions / trajectory")],
                               out / "dynamics.png", title=f"M-GRPO training dynamics ({args.model})")
-        log.info("saved %s%s", out / "hf", " (interrupted)" if stop["flag"] else "")
+        log.info("saved %s%s", final, " (interrupted)" if stop["flag"] else "")
     torch.distributed.barrier()
-    return out / "hf"
+    return final
 
 
 def update(engine, ref_model, samples: list[Sample], adv: list[float], weight: list[float], pad_id: int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -248,20 +249,12 @@ def export_hf(engine, tokenizer, path: str | Path, rank: int) -> None:
     model = engine.module
     params = list(model.parameters())
     partitioned = any(hasattr(p, "ds_id") for p in params)
-    ctx = deepspeed.zero.GatheredParameters(params, modifier_rank=None) if partitioned else _nullcontext()
+    ctx = deepspeed.zero.GatheredParameters(params, modifier_rank=None) if partitioned else contextlib.nullcontext()
     with ctx:
         if rank == 0:
             state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             model.save_pretrained(str(path), state_dict=state, safe_serialization=True)
             tokenizer.save_pretrained(str(path))
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def save_checkpoint(engine, tokenizer, out_dir: str | Path, step: int, state: dict[str, Any],
@@ -285,6 +278,19 @@ def save_checkpoint(engine, tokenizer, out_dir: str | Path, step: int, state: di
         os.replace(tmp, final)
         _atomic_write(out_dir / "latest", final.name)
     torch.distributed.barrier()
+    return final
+
+
+def publish_hf(ckpt: str | Path, out_dir: str | Path, rank: int) -> Path:
+    """Make checkpoint ``ckpt``'s hf/ the run's final model <out_dir>/hf (copied through hf.tmp, then
+    swapped in): the weights save_checkpoint already wrote, not gathered and exported a second time.
+    Rank 0 copies; returns <out_dir>/hf."""
+    final, tmp = Path(out_dir) / "hf", Path(out_dir) / "hf.tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(Path(ckpt) / "hf", tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
     return final
 
 

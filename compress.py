@@ -6,7 +6,8 @@ What it implements
 - ``system_prompt(kind)``: the action space of the paper's Table 6 in our own wording, in the thinking
   format (default; ``<think> ... </think> <answer> ACTION </answer>``), the plain format (bare action,
   the Table 3 ablation), and short variants for tiny CPU models (the prompt is part of every sample).
-- ``format_response`` / ``split_response``: the response format (thought + action) in one place.
+- ``format_response`` / ``parse_response`` / ``split_response``: the response format (thought + action) in one
+  place; env.parse_action reads responses through ``parse_response``.
 - ``Turn`` / ``build_messages``: h_t = (s'_1, a_1, ..., s'_{t-1}, a_{t-1}, s_t), every earlier
   observation s'_k replaced by ``PLACEHOLDER`` ("** Simplified html **"); ``compress=False`` keeps them.
 - ``render_prompt`` / ``render_sample``: ``tokenizer.apply_chat_template`` -> ``input_ids`` and a loss mask
@@ -41,7 +42,7 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence, get_args
 
 # ---- constants ----
 
@@ -158,7 +159,8 @@ _SHORT_ACTIONS = (
 )
 
 #: The kinds ``system_prompt`` knows.
-PROMPT_KINDS = ("thinking", "plain", "short", "short_plain")
+PromptKind = Literal["thinking", "plain", "short", "short_plain"]   # a flag's type in the scripts' Args
+PROMPT_KINDS: tuple[str, ...] = get_args(PromptKind)
 
 
 def system_prompt(kind: str = "thinking") -> str:
@@ -176,8 +178,13 @@ def system_prompt(kind: str = "thinking") -> str:
 
 # ---- the response format ----
 
-_THINK_RE = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
-_ANSWER_RE = re.compile(r"<answer>(.*)</answer>|<answer>(.*)", re.S)  # to the last </answer>
+# parse_response's rules (see there): tags in any case; a <think> block ends at </think>, else at <answer>, else
+# at the end; the answer runs from the first <answer> to the last </answer> (else to the end).
+_THINK_RE = re.compile(r"<think>(.*?)(?:</think>|(?=<answer>)|\Z)", re.S | re.I)
+_ANSWER_RE = re.compile(r"<answer>(.*)</answer>|<answer>(.*)", re.S | re.I)
+_OPEN_ANSWER_RE = re.compile(r"<answer>", re.I)
+_OPEN_THINK_RE = re.compile(r"<think>", re.I)
+_CLOSE_THINK_RE = re.compile(r"</think>", re.I)
 
 
 def format_response(thought: str, action: str, *, prompt: str = "thinking") -> str:
@@ -194,19 +201,64 @@ def format_response(thought: str, action: str, *, prompt: str = "thinking") -> s
     return f"{thought}\n{action}" if thought else action
 
 
+@dataclass(frozen=True)
+class ParsedResponse:
+    """A response split into its parts, e.g. ``parse_response('<think> # Element: Ok </think> <answer>
+    do(action="Click", element="0") </answer>')`` ->
+    ``ParsedResponse(thought='# Element: Ok', action='do(action="Click", element="0")', n_answers=1)``.
+    ``action`` is the text that should hold the action, not yet parsed (env.parse_action does that)."""
+    thought: str
+    action: str
+    n_answers: int          # <answer> tags outside the thinking; env.parse_action accepts 0 (bare action) or 1
+
+
+def parse_response(response: str) -> ParsedResponse:
+    """Split a response in either prompt format into thought and action text; the one place that reads the
+    <think> / <answer> tags (env.parse_action, split_response and the scripts all come here).
+
+    Rules, chosen to match the prompt ("<think> ... </think> <answer> ... </answer>", or a bare action):
+    - tags in any case. A <think> block ends at </think>, else at <answer>, else at the end of the
+      response: a response cut off while thinking has no action (whatever calls its thought mentions);
+    - a leading </think> with no <think> before it closes a thought that the chat template opened in the
+      prompt: the text before it is thought;
+    - the action runs from the first <answer> to the last </answer> (else to the end), so an action may
+      type the text "</answer>"; ``n_answers`` counts the <answer> tags, so that env.parse_action can
+      refuse several answers;
+    - without <answer>, the action is the text outside the <think> blocks;
+    - untagged (plain format): leading "#" comment lines are the thought, the rest is the action;
+    - both parts are stripped; the action text is otherwise left as it is.
+
+    >>> parse_response("<think> x </think> go_backward()")
+    ParsedResponse(thought='x', action='go_backward()', n_answers=0)
+    >>> parse_response('<think> cut off do(action="Wait")')
+    ParsedResponse(thought='cut off do(action="Wait")', action='', n_answers=0)
+    """
+    thoughts: list[str] = []
+    close, open_ = _CLOSE_THINK_RE.search(response), _OPEN_THINK_RE.search(response)
+    if close and (open_ is None or open_.start() > close.start()):
+        thoughts.append(response[:close.start()])
+        response = response[close.end():]
+    thoughts += _THINK_RE.findall(response)
+    outside = _THINK_RE.sub(" ", response)
+    answer = _ANSWER_RE.search(outside)
+    if answer:
+        action = answer.group(1) if answer.group(1) is not None else answer.group(2)
+    elif thoughts:
+        action = outside
+    else:                                   # plain format: "# Element: ..." comment lines, then the action
+        lines = response.strip().splitlines()
+        n = next((i for i, line in enumerate(lines) if not line.lstrip().startswith("#")), len(lines))
+        thoughts, action = ["\n".join(lines[:n])], "\n".join(lines[n:])
+    thought = "\n".join(t.strip() for t in thoughts if t.strip())
+    return ParsedResponse(thought=thought, action=action.strip(), n_answers=len(_OPEN_ANSWER_RE.findall(outside)))
+
+
 def split_response(response: str) -> tuple[str, str]:
-    """``(thought, action text)`` of a response in either format, the inverse of ``format_response``: the
-    <think> and <answer> contents when tagged (the text after </think> when <answer> is missing), else the
-    leading "#" comment lines and the rest. The action text is not parsed (env.parse_action does that)."""
-    think, answer = _THINK_RE.search(response), _ANSWER_RE.search(response)
-    if think or answer:
-        thought = think.group(1).strip() if think else ""
-        if answer:
-            return thought, (answer.group(1) if answer.group(1) is not None else answer.group(2)).strip()
-        return thought, response[think.end():].strip()
-    lines = response.strip().splitlines()
-    n = next((i for i, line in enumerate(lines) if not line.lstrip().startswith("#")), len(lines))
-    return "\n".join(lines[:n]).strip(), "\n".join(lines[n:]).strip()
+    """``(thought, action text)`` of a response in either format, the inverse of ``format_response``
+    (``parse_response`` without the answer count), e.g.
+    ``split_response("<think> x </think> <answer> exit() </answer>") == ("x", "exit()")``."""
+    parsed = parse_response(response)
+    return parsed.thought, parsed.action
 
 
 # ---- messages with dynamic context compression (Sec. 2.3) ----

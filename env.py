@@ -10,11 +10,16 @@ What it implements
   and info (action, parse_error, error, done_reason, blocked_requests, raw_reward, counters).
 - Tasks: ``load_tasks("miniwob:click-button,login-user" | "miniwob:all" | "<webarena config>.json")``;
   ``MINIWOB_UNSOLVABLE`` lists the package's tasks this action space + text observation cannot solve.
+- Task families (``TaskFamily``; ``MiniWoBFamily``, ``WebArenaFamily``, ``register_family`` for more): how
+  a kind of task loads, sets up its context, starts an episode, reports its status and scores exit();
+  WebEnv asks ``Task.family``'s family and never branches on the site.
 - Observation s_t: simplified HTML of the current viewport (``<tag id="N" attr="v"> text </tag>``),
   interactive elements numbered from 0 and stamped in the page as ``data-webagent-id``; one
-  ``page.evaluate`` (EXTRACT_JS). ``max_obs_chars`` truncates it (never the intent) and says so.
-- Reward: binary. MiniWoB: the page's raw reward > 0 when the page ends the episode (``exit()`` before
-  that scores 0); WebArena: the rubric ``evaluate`` (string_match / url_match / program_html) on exit().
+  ``page.evaluate`` (EXTRACT_JS, which also returns the family's ``status_js`` value). ``max_obs_chars``
+  (default MAX_OBS_CHARS) truncates it (never the intent) and says so.
+- Reward: binary, from the family. MiniWoB: the page's raw reward > 0 when the page ends the episode
+  (``exit()`` before that scores 0); WebArena: the rubric ``evaluate`` (string_match / url_match /
+  program_html) on exit().
 - Security: a context reaches only its task's hosts (request and WebSocket routers); other requests are
   aborted and counted (info["blocked_requests"]); downloads and service workers are off.
 - Faults: a crashed page, a closed context or a dead browser ends the episode (done_reason "crash", a
@@ -42,8 +47,8 @@ Departures from the paper / its reference code
   alert/confirm/prompt dialogs are accepted and their text reported in info["dialogs"].
 - MiniWoB pages are served from the installed ``miniwob`` package under http://miniwob.local/ by the
   context's request router (no server process, no port); the page's own episode timer is disabled; the
-  page is reloaded for every episode (``miniwob_in_place=True`` restarts it in place, faster but some pages
-  keep state across episodes).
+  page is reloaded for every episode (``MiniWoBFamily(in_place=True)`` restarts it in place, faster but some
+  pages keep state across episodes).
 
 Quick manual check (prints the observation, then reads actions from stdin until the episode ends):
     .venv/bin/python env.py miniwob:click-button 3
@@ -54,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import json
 import logging
@@ -64,11 +70,13 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import unquote, urlsplit
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+
+from compress import parse_response   # the response format (<think> / <answer>) lives in compress.py
 
 log = logging.getLogger("webagent.env")
 
@@ -88,7 +96,9 @@ class Task:
     allowed_hosts=("miniwob.local",))`` (made by ``load_tasks``); the intent is filled in from the page at
     ``reset`` (``WebEnv.task.intent`` / ``Observation.intent``).
     Another episode of the same task is ``dataclasses.replace(task, seed=s)``.
-    WebArena: ``start_url`` may hold several tabs joined by `` |AND| ``; ``eval`` is the config's eval dict."""
+    WebArena: ``start_url`` may hold several tabs joined by `` |AND| ``; ``eval`` is the config's eval dict.
+    ``family`` names the TaskFamily that starts, observes and scores its episodes ("miniwob", "webarena",
+    or one added with ``register_family``); every caller sets ``seed`` (families without seeds ignore it)."""
     task_id: str
     site: str                       # "miniwob" or the WebArena site(s), e.g. "shopping_admin"
     intent: str                     # the instruction; "" for MiniWoB until the page generates it
@@ -99,6 +109,7 @@ class Task:
     require_login: bool = False
     allowed_hosts: tuple[str, ...] = ()  # hosts a context may reach; derived from start_url when empty
     max_steps: int = 15
+    family: str = "webarena"        # the registered TaskFamily's name
 
 
 @dataclass
@@ -137,6 +148,18 @@ class StepResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class EpisodeStatus:
+    """What a page says about its own episode after an action (``TaskFamily.status``), e.g. a MiniWoB page
+    that was solved: ``EpisodeStatus(done=True, reward=1.0, raw_reward=1.0, reason=None)``.
+    ``reward`` is the binary reward if the episode ends now; ``raw_reward`` (the page's own score) goes to
+    info["raw_reward"] and ``reason`` to info["reason"]."""
+    done: bool
+    reward: float
+    raw_reward: float | None = None
+    reason: str | None = None
+
+
 class ActionParseError(ValueError):
     """A model response that is not one valid action; its message is shown to the agent."""
 
@@ -166,28 +189,19 @@ _ACTION_BY_KEY = {_action_key(n): n for n in ACTION_NAMES}
 
 _CALL_RE = re.compile(r"(?<![\w.])(do|exit|go_backward|go_forward)\s*\(")
 _ANY_CALL_RE = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
-_ANSWER_RE = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S | re.I)
-_THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
 _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*$", re.M)
 _NUMBER_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _IDENT_RE = re.compile(r"[A-Za-z_]\w*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0"}
-_MISSING = object()
 
 
 def _action_region(text: str) -> str:
-    """The part of a model response that should hold the action: the <answer> block when there is one,
-    else the response without <think> blocks; code fences are dropped."""
-    answers = _ANSWER_RE.findall(text)
-    if len(answers) > 1:
+    """The part of a model response that should hold the action (compress.parse_response: the <answer>
+    block, else the text outside the thinking); code fences are dropped. Several <answer> blocks are an error."""
+    parsed = parse_response(text)
+    if parsed.n_answers > 1:
         raise ActionParseError("more than one <answer> block; give exactly one action in one <answer> block")
-    if answers:
-        region = answers[0]
-    else:
-        region = _THINK_RE.sub(" ", text)
-        region = re.sub(r"</?think>", " ", region, flags=re.I)
-    region = re.sub(r"</?answer>", " ", region, flags=re.I)
-    return _FENCE_RE.sub(" ", region)
+    return _FENCE_RE.sub(" ", parsed.action)
 
 
 def _in_comment(text: str, pos: int) -> bool:
@@ -413,13 +427,19 @@ def format_action(action: Action) -> str:
 # label collapse into their children. Hidden elements, scripts and styles are dropped, and so is content
 # outside the viewport or clipped away by a scrolled container.
 
-KEPT_ATTRS = ("title", "value", "type", "placeholder", "selected", "data-value", "data-text", "data-testid",
-              "data-label", "data-bbox", "data-status")
+#: Attributes copied from the page's elements into the observation, in this order (EXTRACT_JS gets them in
+#: its opts). The others it writes come from live state: title (from aria-label / an image's alt when there is
+#: no title), value (inputs, textareas), selected (options), data-status (checked / not-checked / selected),
+#: data-bbox and, for a text-less control, class (labelled elements only).
+KEPT_ATTRS = ("title", "type", "placeholder", "data-value", "data-text", "data-testid", "data-label")
+#: Default observation cap in characters (WebEnv's max_obs_chars): one value for demonstrations, RL and eval.
+MAX_OBS_CHARS = 60_000
 
 EXTRACT_JS = r"""
 (opts) => {
+  // opts: {keep: KEPT_ATTRS, exclude: ids of top-level-document elements left out with their subtrees}
   const t0 = performance.now();
-  const KEEP = ['title', 'type', 'placeholder', 'data-value', 'data-text', 'data-testid', 'data-label'];
+  const KEEP = opts.keep;
   const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'tab', 'menuitem', 'menuitemcheckbox',
     'menuitemradio', 'option', 'textbox', 'combobox', 'switch', 'treeitem', 'searchbox', 'slider',
     'spinbutton', 'listbox', 'gridcell']);
@@ -659,18 +679,146 @@ EXTRACT_JS = r"""
   for (const node of top) ser(node);
 
   const se = document.scrollingElement || document.documentElement;
-  const result = {
+  return {
     text: parts.join(' '), n, frames, title: document.title,
     above: moreAbove, below: moreBelow || se.scrollHeight - (window.scrollY + vh) > 2,
-    ms: 0, wob: null,
+    ms: performance.now() - t0,
   };
-  if (opts.wob && typeof WOB_DONE_GLOBAL !== 'undefined') {
-    result.wob = {done: !!WOB_DONE_GLOBAL, raw: Number(WOB_RAW_REWARD_GLOBAL), reason: WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)};
-  }
-  result.ms = performance.now() - t0;
-  return result;
 }
 """
+
+
+@functools.lru_cache(maxsize=None)
+def _with_status_js(status_js: str) -> str:
+    """EXTRACT_JS that also returns a family's ``status_js`` value as ``status``: one round trip per step."""
+    return f"(opts) => {{ const r = ({EXTRACT_JS})(opts); r.status = ({status_js})(); return r; }}"
+
+
+# ---- task families: how a kind of task loads, starts, observes and scores its episodes ----
+# WebEnv runs every family the same way (in the spirit of BrowserGym's task classes): a context that reaches
+# only family.hosts(task), plus the family's own routes (setup_context) -> the start_url tab(s) ->
+# family.start -> after every action the observation and the family's status (status_js, read in the same
+# evaluate, or its own status()) -> family.score_exit on exit().
+
+class TaskFamily:
+    """A kind of task (MiniWoB++ pages, WebArena sites, your own site). Subclass it, set ``name``, override
+    what differs from these defaults, and ``register_family`` an instance: tasks whose ``Task.family`` is that
+    name run with it, and ``load_tasks("NAME:BODY")`` calls its ``load(BODY)``.
+
+    >>> class Quiz(TaskFamily):                                                  # doctest: +SKIP
+    ...     name = "quiz"
+    ...     def load(self, body):
+    ...         return [Task(f"quiz/{q}", "quiz", f"What is {q}?", "http://127.0.0.1:8000/", family="quiz")
+    ...                 for q in body.split(",")]
+    ...     async def score_exit(self, env, page, task, message, info):
+    ...         return float(message == "42")
+    >>> register_family(Quiz())                                                  # doctest: +SKIP
+    """
+    name: str = ""
+    #: May an env keep its context and first tab for the next episode of this family (cookies cleared, the
+    #: start URL loaded again unless ``restart_in_place``)? Saves a new context and renderer per episode.
+    reuse_context: bool = False
+
+    def load(self, body: str) -> list[Task]:
+        """The tasks named by the BODY of a ``load_tasks("NAME:BODY")`` spec."""
+        raise ValueError(f"the task family {self.name!r} does not load task specs")
+
+    def hosts(self, task: Task) -> tuple[str, ...]:
+        """Hosts a context of ``task`` may reach ("host", "host:port", or "file" for file:// URLs); every other
+        request is blocked and counted. Default: Task.allowed_hosts, else the hosts of its start_url tabs."""
+        if task.allowed_hosts:
+            return tuple(task.allowed_hosts)
+        hosts = []
+        for url in task.start_url.split(" |AND| "):
+            parts = urlsplit(url.strip())
+            hosts.append(parts.netloc if parts.scheme in ("http", "https") else parts.scheme)
+        return tuple(h for h in hosts if h)
+
+    async def setup_context(self, env: WebEnv, context: Any, task: Task) -> None:
+        """Prepare a new Playwright context before any tab opens, e.g. ``await context.route(...)`` to serve
+        pages without a server. Default: nothing."""
+
+    def observe_exclude(self, task: Task) -> Sequence[str]:
+        """Element ids (of the top document) left out of the observation with their subtrees: page furniture
+        that is not part of the task. Default: none."""
+        return ()
+
+    async def start(self, env: WebEnv, page: Any, task: Task) -> Task:
+        """Start the episode on the loaded start page (seeded by ``task.seed`` where the family has seeds) and
+        return the task as the agent gets it (e.g. with the intent the page generated). Default: unchanged."""
+        return task
+
+    def restart_in_place(self, prev: Task, task: Task, url: str) -> bool:
+        """On a reused tab at ``url`` whose last episode was ``prev``: may ``start`` run without loading the
+        start URL again? Default: no."""
+        return False
+
+    #: A page-side status: JS ``() => value`` that reads the page's own word on the episode; its value goes
+    #: to ``read_status``. WebEnv runs it after every action inside the observation's evaluate (no extra
+    #: round trip). None = no page-side status: episodes end on exit() or the step limits.
+    status_js: str | None = None
+
+    def read_status(self, value: Any) -> EpisodeStatus | None:
+        """The episode's status from the value ``status_js`` returned (None: nothing to report, e.g. the
+        agent left the task's page)."""
+        return None
+
+    async def status(self, env: WebEnv, page: Any) -> EpisodeStatus | None:
+        """The episode's status now (done, reward, raw reward, reason), or None. Default: ``status_js`` read
+        on its own and given to ``read_status``. After an action WebEnv calls this only when ``status_js`` is
+        None (else it reads status_js with the observation): override it for a status that is not in the page."""
+        if self.status_js is None:
+            return None
+        return self.read_status(await env.eval_js(page, self.status_js))
+
+    async def score_exit(self, env: WebEnv, page: Any, task: Task, message: str | None,
+                         info: dict[str, Any]) -> float:
+        """The binary reward of ``exit(message)``; details may go into ``info``. Default: the page-side status
+        decides (a page that is not done yet scores 0; no status scores 0)."""
+        status = await self.status(env, page)
+        if status is None:
+            return 0.0
+        if status.raw_reward is not None:
+            info["raw_reward"] = status.raw_reward
+        return status.reward if status.done else 0.0
+
+    def column(self, task: Task) -> str:
+        """The results-table column of ``task`` (eval.py groups success rates by it). Default: the task id."""
+        return task.task_id
+
+
+_FAMILIES: dict[str, TaskFamily] = {}
+
+
+def register_family(family: TaskFamily) -> TaskFamily:
+    """Make ``family`` the one that runs tasks with ``Task.family == family.name`` (replacing an earlier
+    family of that name) and that ``load_tasks("NAME:...")`` asks; returns it."""
+    if not family.name:
+        raise ValueError(f"{type(family).__name__} has no name")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def family_of(task: Task) -> TaskFamily:
+    """The registered family of ``task``, e.g. ``family_of(miniwob_task("click-button")).name == "miniwob"``."""
+    try:
+        return _FAMILIES[task.family]
+    except KeyError:
+        raise ValueError(f"task {task.task_id}: no task family {task.family!r} is registered "
+                         f"(registered: {', '.join(_FAMILIES)})") from None
+
+
+def load_tasks(spec: str) -> list[Task]:
+    """Tasks of a spec: ``"NAME:BODY"`` goes to the registered family NAME (``"miniwob:click-button,login-user"``,
+    ``"miniwob:all"`` = every solvable task, see MINIWOB_UNSOLVABLE), and the path of a WebArena /
+    WebArena-Lite config JSON (a list or one task) to the webarena family."""
+    name, sep, body = spec.partition(":")
+    if sep and name in _FAMILIES:
+        return _FAMILIES[name].load(body.strip())
+    if os.path.exists(spec) or spec.endswith(".json"):
+        return _FAMILIES["webarena"].load(spec)
+    raise ValueError(f"unknown task spec {spec!r}: use '<family>:<tasks>' (families: {', '.join(_FAMILIES)}) "
+                     f"or the path of a config .json")
 
 
 # ---- MiniWoB++ tasks (from the installed `miniwob` package) ----
@@ -741,36 +889,125 @@ def miniwob_task(name: str, seed: int = 0, max_steps: int = 15) -> Task:
     if not (html / rel).exists():
         raise ValueError(f"unknown MiniWoB task {name!r} (no {rel} in the miniwob package)")
     return Task(task_id=f"miniwob/{name}", site="miniwob", intent="", start_url=MINIWOB_BASE_URL + rel,
-                eval={"type": "miniwob"}, seed=seed, allowed_hosts=(MINIWOB_HOST,), max_steps=max_steps)
+                eval={"type": "miniwob"}, seed=seed, allowed_hosts=(MINIWOB_HOST,), max_steps=max_steps,
+                family="miniwob")
 
 
-def load_tasks(spec: str) -> list[Task]:
-    """``"miniwob:click-button,login-user"``, ``"miniwob:all"`` (every solvable task, see MINIWOB_UNSOLVABLE)
-    or the path of a WebArena / WebArena-Lite config JSON (a list or one task)."""
-    if spec.startswith("miniwob:"):
-        body = spec.removeprefix("miniwob:").strip()
+class MiniWoBFamily(TaskFamily):
+    """MiniWoB++ pages: served from the installed package under http://miniwob.local/ by the context's request
+    router, started with ``Math.seedrandom(seed); core.startEpisodeReal()``, scored by the page itself (an
+    exit() before the page is done scores 0). One env keeps its context and tab across MiniWoB episodes.
+
+    ``success``: "positive" = raw reward > 0 (the usual criterion); "perfect" = raw reward >= 1, stricter on
+    pages that give partial credit (click-checkboxes: > 0 when most boxes are right; use-colorwheel, flight.*).
+    ``in_place``: the same task again restarts without a reload (core.startEpisodeReal, as the miniwob package
+    does); faster, but some pages keep state across episodes (an open autocomplete menu, a date picker), so
+    the same seed can then give a different page: off by default.
+    Other options for one env: ``pool.new_env(families=[MiniWoBFamily(in_place=True)])``."""
+    name = "miniwob"
+    reuse_context = True
+
+    def __init__(self, success: str = "positive", in_place: bool = False) -> None:
+        if success not in ("positive", "perfect"):
+            raise ValueError(f"MiniWoB success must be 'positive' or 'perfect', not {success!r}")
+        self.success = success
+        self.in_place = in_place
+        self._files: dict[Path, bytes] = {}           # package files served from memory
+
+    def load(self, body: str) -> list[Task]:
+        """``"click-button,login-user"`` or ``"all"`` (every solvable task, see MINIWOB_UNSOLVABLE)."""
         if body == "all":
             names = [n for n in miniwob_task_names() if n not in MINIWOB_UNSOLVABLE]
         else:
             names = [n.strip() for n in body.split(",") if n.strip()]
             if not names:
-                raise ValueError(f"no MiniWoB task named in {spec!r}")
+                raise ValueError(f"no MiniWoB task named in 'miniwob:{body}'")
         return [miniwob_task(n) for n in names]
-    if os.path.exists(spec) or spec.endswith(".json"):
-        return load_webarena_tasks(spec)
-    raise ValueError(f"unknown task spec {spec!r}: use 'miniwob:<names>', 'miniwob:all' or a config .json path")
+
+    async def setup_context(self, env: WebEnv, context: Any, task: Task) -> None:
+        await context.route(re.compile(r"^http://" + re.escape(MINIWOB_HOST) + r"/"), self._serve)
+
+    def _read(self, rel_path: str) -> bytes | None:
+        """Bytes of a file under the package's html directory (cached), or None if absent or outside it."""
+        root = _miniwob_html_dir().resolve()
+        path = (root / rel_path.lstrip("/")).resolve()
+        if root not in path.parents or not path.is_file():
+            return None
+        data = self._files.get(path)
+        if data is None:
+            data = self._files[path] = path.read_bytes()
+        return data
+
+    async def _serve(self, route: Any) -> None:
+        """Answer a request for http://miniwob.local/<path> with the package's file (404 if there is none)."""
+        path = urlsplit(route.request.url).path
+        body = self._read(unquote(path))
+        with contextlib.suppress(PlaywrightError):        # the context may close meanwhile
+            if body is None:
+                await route.fulfill(status=404, body=b"not found", content_type="text/plain")
+            else:
+                ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+                await route.fulfill(status=200, body=body, content_type=ctype)
+
+    def observe_exclude(self, task: Task) -> Sequence[str]:
+        return MINIWOB_EXCLUDE_IDS
+
+    async def start(self, env: WebEnv, page: Any, task: Task) -> Task:
+        """Seed the page's RNG, start the episode (core.startEpisodeReal), wait for WOB_TASK_READY, and fill in
+        the intent: the page's utterance (some pages return {utterance, fields})."""
+        ready = await env.eval_js(page, """(a) => {
+            Math.seedrandom(a.seed); core.EPISODE_MAX_TIME = a.ms; core.startEpisodeReal();
+            return WOB_TASK_READY === true; }""", {"seed": task.seed, "ms": MINIWOB_EPISODE_MS})
+        if not ready:
+            await page.wait_for_function("() => WOB_TASK_READY === true", timeout=env.nav_timeout_ms)
+        utt = await env.eval_js(page, "() => core.getUtterance()")
+        if isinstance(utt, dict):
+            utt = utt.get("utterance", json.dumps(utt))
+        return dataclasses.replace(task, intent=str(utt))
+
+    def restart_in_place(self, prev: Task, task: Task, url: str) -> bool:
+        return self.in_place and prev.start_url == task.start_url == url
+
+    # the page's own status globals (core.js); null on a page without them (the agent navigated away)
+    status_js = """() => typeof WOB_DONE_GLOBAL === 'undefined' ? null : {done: !!WOB_DONE_GLOBAL,
+      raw: Number(WOB_RAW_REWARD_GLOBAL), reason: WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)}"""
+
+    def read_status(self, value: Any) -> EpisodeStatus | None:
+        if value is None:
+            return None
+        raw = value["raw"]
+        ok = raw >= 1.0 - 1e-9 if self.success == "perfect" else raw > 0
+        return EpisodeStatus(done=value["done"], reward=1.0 if ok else 0.0, raw_reward=raw, reason=value["reason"])
+
+    def column(self, task: Task) -> str:
+        return task.task_id.removeprefix("miniwob/")
 
 
-def allowed_hosts_of(task: Task) -> tuple[str, ...]:
-    """Hosts a context of this task may reach: Task.allowed_hosts, else the hosts of its start_url tabs
-    ("file" stands for file:// URLs)."""
-    if task.allowed_hosts:
-        return tuple(task.allowed_hosts)
-    hosts = []
-    for url in task.start_url.split(" |AND| "):
-        parts = urlsplit(url.strip())
-        hosts.append(parts.netloc if parts.scheme in ("http", "https") else parts.scheme)
-    return tuple(h for h in hosts if h)
+register_family(MiniWoBFamily())
+
+
+class WebArenaFamily(TaskFamily):
+    """WebArena / WebArena-Lite configs (``load`` = load_webarena_tasks of a config path): the agent's
+    exit(message) is scored by the rubric ``evaluate`` with the env's judge and helpers (per-type scores and
+    the reasons for a 0 in info["eval"]); results are grouped by site as in the paper's Table 2."""
+    name = "webarena"
+    #: Column names of the paper's Table 2; a task on several sites ("shopping+reddit") is "Multi-site".
+    site_names = {"reddit": "Reddit", "gitlab": "GitLab", "shopping_admin": "CMS", "map": "Map",
+                  "shopping": "Shopping", "wikipedia": "Wikipedia"}
+
+    def load(self, body: str) -> list[Task]:
+        return load_webarena_tasks(body)
+
+    async def score_exit(self, env: WebEnv, page: Any, task: Task, message: str | None,
+                         info: dict[str, Any]) -> float:
+        return float(await evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
+                                    details=info.setdefault("eval", {})))
+
+    def column(self, task: Task) -> str:
+        return "Multi-site" if "+" in task.site else self.site_names.get(task.site, task.site)
+
+
+register_family(WebArenaFamily())
 
 
 def outside_hosts_re(allowed: tuple[str, ...]) -> re.Pattern:
@@ -821,7 +1058,7 @@ class BrowserPool:
     context (own cookies, storage, cache). The browser is relaunched when it died.
 
     >>> async with BrowserPool() as pool:                                    # doctest: +SKIP
-    ...     env = await pool.new_env(max_obs_chars=20_000)
+    ...     env = await pool.new_env(max_repeats=5)
     ...     obs = await env.reset(load_tasks("miniwob:click-button")[0])
     """
 
@@ -838,7 +1075,6 @@ class BrowserPool:
         self._pw: Any = None
         self._lock = asyncio.Lock()
         self._envs: set[WebEnv] = set()
-        self._files: dict[Path, bytes] = {}           # MiniWoB files served from memory
         # Page loads at once: of 64 simultaneous resets on a 2-core box 63 missed their navigation timeout
         # (and so did their retries); queued 8 at a time, none did.
         self.reset_slots = asyncio.Semaphore(max_concurrent_resets or 4 * (os.cpu_count() or 1))
@@ -901,17 +1137,6 @@ class BrowserPool:
                 return int(proc.name)
         return None
 
-    def read_miniwob_file(self, rel_path: str) -> bytes | None:
-        """Bytes of a file under the miniwob package's html directory (cached), or None if absent/outside."""
-        root = _miniwob_html_dir().resolve()
-        path = (root / rel_path.lstrip("/")).resolve()
-        if root not in path.parents or not path.is_file():
-            return None
-        data = self._files.get(path)
-        if data is None:
-            data = self._files[path] = path.read_bytes()
-        return data
-
     async def close(self) -> None:
         for env in list(self._envs):
             await env.close()
@@ -943,12 +1168,11 @@ class WebEnv:
     (1.0, True, 'page_done')
     """
 
-    def __init__(self, pool: BrowserPool, *, max_obs_chars: int | None = 20_000, max_repeats: int = 5,
+    def __init__(self, pool: BrowserPool, *, max_obs_chars: int | None = MAX_OBS_CHARS, max_repeats: int = 5,
                  max_parse_failures: int = 5, viewport: tuple[int, int] = (1280, 720),
                  action_timeout_ms: int = 2_000, nav_timeout_ms: int = 15_000, load_timeout_ms: int = 5_000,
                  idle_cap_ms: int = 1_000, eval_timeout_s: float = 10.0, wait_s: float = 1.0,
-                 tab_header: str = "auto", reuse_context: bool = True, miniwob_in_place: bool = False,
-                 miniwob_success: str = "positive",
+                 tab_header: str = "auto", reuse_context: bool = True, families: Sequence[TaskFamily] = (),
                  judge: Any = None, helpers: Any = None) -> None:
         self.pool = pool
         self.max_obs_chars = max_obs_chars      # observation cap in characters (never cuts the intent)
@@ -962,20 +1186,14 @@ class WebEnv:
         self.eval_timeout_s = eval_timeout_s
         self.wait_s = wait_s                    # duration of the "Wait" action
         self.tab_header = tab_header            # "auto": tab list in the text only when >1 tab; "always"; "never"
-        self.reuse_context = reuse_context      # MiniWoB: keep context+page between episodes (see _can_reuse)
-        # MiniWoB, same task again: core.startEpisodeReal() without a reload, as the miniwob package does.
-        # Faster, but some pages keep state across episodes (an open autocomplete menu, a date picker), so
-        # the same seed can then give a different page: off by default.
-        self.miniwob_in_place = miniwob_in_place
-        # MiniWoB success: "positive" = raw reward > 0 (the usual criterion); "perfect" = raw reward >= 1.
-        # Some pages give partial credit (click-checkboxes: > 0 when most boxes are right; use-colorwheel,
-        # flight.*), for which "perfect" is the stricter reading.
-        if miniwob_success not in ("positive", "perfect"):
-            raise ValueError(f"miniwob_success must be 'positive' or 'perfect', not {miniwob_success!r}")
-        self.miniwob_success = miniwob_success
+        self.reuse_context = reuse_context      # keep context+tab between episodes where the family allows it
+        # this env's own families by name, used instead of the registered ones, e.g.
+        # families=[MiniWoBFamily(success="perfect")] (see MiniWoBFamily for its options)
+        self.families = {f.name: f for f in families}
         self.judge = judge                      # passed to evaluate() (WebArena fuzzy_match / N/A answers)
         self.helpers = helpers                  # passed to evaluate() (program_html helper functions)
         self.task: Task | None = None
+        self._family: TaskFamily | None = None  # the family of self.task
         self.context: Any = None
         self._page: Any = None
         self._done = True
@@ -990,7 +1208,6 @@ class WebEnv:
         self.blocked_urls: list[str] = []
         self.n_parse_errors = 0
         self.n_action_errors = 0
-        self.n_forced_clicks = 0
         self.dialogs: list[str] = []            # dialogs accepted during the current step
         self._parse_streak = 0
         self._repeat_streak = 0
@@ -1011,6 +1228,10 @@ class WebEnv:
         """The active Playwright page (the tab the agent acts in)."""
         return self._page
 
+    def family_for(self, task: Task) -> TaskFamily:
+        """The family that runs ``task`` in this env: this env's own of that name, else the registered one."""
+        return self.families.get(task.family) or family_of(task)
+
     # -- context lifecycle --
 
     async def _close_context(self) -> None:
@@ -1026,7 +1247,7 @@ class WebEnv:
         self._done = True
         self.pool._envs.discard(self)
 
-    async def _new_context(self, task: Task) -> Any:
+    async def _new_context(self, task: Task, fam: TaskFamily) -> Any:
         browser = await self.pool.get_browser()
         kwargs: dict[str, Any] = dict(
             viewport={"width": self.viewport[0], "height": self.viewport[1]}, accept_downloads=False,
@@ -1036,11 +1257,10 @@ class WebEnv:
         ctx = await self._w(browser.new_context(**kwargs))
         ctx.set_default_timeout(self.action_timeout_ms)
         ctx.set_default_navigation_timeout(self.nav_timeout_ms)
-        # only requests outside the allowed hosts reach Python (a regex matched in the driver), and MiniWoB
-        # files; allowed traffic flows without a round trip
+        # only requests outside the allowed hosts reach Python (a regex matched in the driver), and those the
+        # family routes itself (MiniWoB's files); allowed traffic flows without a round trip
         await self._w(ctx.route(outside_hosts_re(self._allowed), self._route_block))
-        if MINIWOB_HOST in self._allowed:
-            await self._w(ctx.route(re.compile(r"^http://" + re.escape(MINIWOB_HOST) + r"/"), self._route_miniwob))
+        await self._w(fam.setup_context(self, ctx, task))
         await self._w(ctx.route_web_socket("**/*", self._route_ws))
         await self._w(ctx.add_init_script(POPUP_PROBE_JS))
         # handlers ignore events of an earlier episode's context (gen = this context's generation)
@@ -1073,17 +1293,6 @@ class WebEnv:
         self._block(route.request.url)
         with contextlib.suppress(PlaywrightError):        # the context may close meanwhile
             await route.abort("blockedbyclient")
-
-    async def _route_miniwob(self, route: Any) -> None:
-        """Serve a MiniWoB file from the installed package (cached in memory by the pool)."""
-        path = urlsplit(route.request.url).path
-        body = self.pool.read_miniwob_file(unquote(path))
-        with contextlib.suppress(PlaywrightError):
-            if body is None:
-                await route.fulfill(status=404, body=b"not found", content_type="text/plain")
-            else:
-                ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
-                await route.fulfill(status=200, body=body, content_type=ctype)
 
     async def _route_ws(self, ws: Any) -> None:
         if self._allowed_url(ws.url.replace("ws", "http", 1)):
@@ -1156,8 +1365,9 @@ class WebEnv:
         """Await a Playwright call that has no timeout of its own, with one."""
         return await asyncio.wait_for(coro, timeout_s or self.eval_timeout_s)
 
-    async def _eval(self, target: Any, js: str, arg: Any = None) -> Any:
-        """page/frame/locator .evaluate with a timeout (a hung page must not hang the env)."""
+    async def eval_js(self, target: Any, js: str, arg: Any = None) -> Any:
+        """page/frame/locator .evaluate with the env's timeout (a hung page must not hang the env); for
+        families too."""
         return await asyncio.wait_for(target.evaluate(js, arg), self.eval_timeout_s)
 
     async def _settle(self, page: Any, navs_before: int, opened_before: int | None = None) -> None:
@@ -1166,7 +1376,7 @@ class WebEnv:
         frame navigated."""
         popups = 0
         with contextlib.suppress(PlaywrightError):
-            popups = await self._eval(page, "() => { const n = window.__webagentPopups || 0; "
+            popups = await self.eval_js(page, "() => { const n = window.__webagentPopups || 0; "
                                             "window.__webagentPopups = 0; return n; }")
         loop = asyncio.get_running_loop()
         if popups and opened_before is not None and self._opened == opened_before:
@@ -1182,15 +1392,17 @@ class WebEnv:
 
     # -- observation --
 
-    async def _observe(self, error: str | None = None) -> tuple[Observation, dict[str, Any] | None]:
-        """Extract the observation of the active tab (one evaluate); returns it and the MiniWoB status."""
+    async def _observe(self, error: str | None = None) -> tuple[Observation, Any]:
+        """Extract the observation of the active tab and, in the same evaluate, the value of the family's
+        status_js (None without one); returns both."""
         page = self._page
-        assert self.task is not None
-        is_wob = self.task.site == "miniwob"
-        opts = {"exclude": list(MINIWOB_EXCLUDE_IDS) if is_wob else [], "wob": is_wob}
+        fam = self._family
+        assert self.task is not None and fam is not None
+        opts = {"keep": list(KEPT_ATTRS), "exclude": list(fam.observe_exclude(self.task))}
+        js = EXTRACT_JS if fam.status_js is None else _with_status_js(fam.status_js)
         for attempt in range(3):
             try:
-                res = await self._eval(page, EXTRACT_JS, opts)
+                res = await self.eval_js(page, js, opts)
                 break
             except PlaywrightError as e:
                 # "Execution context was destroyed": a navigation raced the extraction; wait for it and retry
@@ -1218,7 +1430,7 @@ class WebEnv:
         obs = Observation(text=text, url=page.url, intent=intent, tabs=tabs, active_tab=active, error=error,
                           truncated=truncated)
         self._last_obs = obs
-        return obs, res["wob"]
+        return obs, res.get("status")
 
     async def _tabs(self, active_title: str) -> tuple[list[str], int]:
         pages = [p for p in self.context.pages if not p.is_closed()]
@@ -1236,29 +1448,31 @@ class WebEnv:
 
     # -- reset --
 
-    def _can_reuse(self, task: Task) -> bool:
-        """MiniWoB after MiniWoB on a live context: keep the context and page (a new page costs a renderer
-        process) and reload the page; with miniwob_in_place, the same task is restarted without a reload."""
-        if not (self.reuse_context and self.context is not None and self.task is not None):
+    def _can_reuse(self, task: Task, fam: TaskFamily) -> bool:
+        """The same family again, one that allows it (MiniWoB), on a live context: keep the context and its
+        first tab (a new tab costs a renderer process); reset() loads the start URL in it again."""
+        if not (self.reuse_context and fam.reuse_context and self.context is not None and self.task is not None):
             return False
-        if self.task.site != "miniwob" or task.site != "miniwob" or task.storage_state or self._crash:
+        if self._family is not fam or task.storage_state or self._crash:
             return False
-        if allowed_hosts_of(task) != self._allowed:        # the request router was built for those hosts
+        if fam.hosts(task) != self._allowed:               # the request router was built for those hosts
             return False
         browser = self.pool.browser
         pages = self.context.pages
         return browser is not None and browser.is_connected() and bool(pages) and not pages[0].is_closed()
 
     async def reset(self, task: Task) -> Observation:
-        """Start an episode of `task`: open its tab(s) in a fresh context (MiniWoB: the env's context and
-        page are kept, cookies cleared, the page reloaded), start the MiniWoB episode with the task's seed,
-        and return the first observation (intent filled in). A failure is retried once in a fresh context
-        (the pool relaunches a dead browser); a second failure raises EpisodeCrash."""
-        reuse = self._can_reuse(task)
+        """Start an episode of `task`: open its tab(s) in a fresh context (or, where the family allows it, the
+        env's kept context and tab, cookies cleared, the page loaded again), let the family start the episode
+        (MiniWoB: seeded by task.seed), and return the first observation (intent filled in). A failure is
+        retried once in a fresh context (the pool relaunches a dead browser); a second failure raises
+        EpisodeCrash."""
+        fam = self.family_for(task)
+        reuse = self._can_reuse(task, fam)
         for attempt in range(2):
             try:
                 async with self.pool.reset_slots:
-                    return await self._reset_once(task, reuse)
+                    return await self._reset_once(task, fam, reuse)
             except (PlaywrightError, asyncio.TimeoutError) as e:
                 reason = self._dead_reason() or _first_line(e)
                 self._done, self._done_reason = True, "crash"
@@ -1268,60 +1482,44 @@ class WebEnv:
                 reuse = False
         raise AssertionError("unreachable")
 
-    async def _reset_once(self, task: Task, reuse: bool) -> Observation:
+    async def _reset_once(self, task: Task, fam: TaskFamily, reuse: bool) -> Observation:
         if not reuse:
             await self._close_context()
         self._reset_episode_state()
         self._done, self._done_reason = False, None
-        prev, self.task = self.task, task
-        self._allowed = allowed_hosts_of(task)
+        prev, self.task, self._family = self.task, task, fam
+        self._allowed = fam.hosts(task)
         if reuse:
-            return await self._reset_miniwob_in_place(task, same_page=prev is not None
-                                                      and prev.start_url == task.start_url)
-        self.context = await self._new_context(task)
-        urls = [u.strip() for u in task.start_url.split(" |AND| ") if u.strip()]
-        first = None
-        for url in urls:                            # WebArena: several start tabs; the first is active
-            page = await self._w(self.context.new_page())
-            first = first or page
+            page = await self._reuse_tab(prev, task, fam)
+        else:
+            self.context = await self._new_context(task, fam)
+            urls = [u.strip() for u in task.start_url.split(" |AND| ") if u.strip()]
+            page = None
+            for url in urls:                        # WebArena: several start tabs; the first is active
+                tab = await self._w(self.context.new_page())
+                page = page or tab
+                self._page = tab
+                await tab.goto(url, wait_until="domcontentloaded", timeout=self.nav_timeout_ms)
+                await self._settle(tab, -1)
             self._page = page
-            await page.goto(url, wait_until="domcontentloaded", timeout=self.nav_timeout_ms)
-            await self._settle(page, -1)
-        self._page = first
-        await self._w(first.bring_to_front())
-        if task.site == "miniwob":
-            intent = await self._start_miniwob(first, task.seed)
-            self.task = dataclasses.replace(task, intent=intent)
+            await self._w(page.bring_to_front())
+        self.task = await fam.start(self, page, task)
         obs, _ = await self._observe()
         return obs
 
-    async def _reset_miniwob_in_place(self, task: Task, same_page: bool) -> Observation:
+    async def _reuse_tab(self, prev: Task, task: Task, fam: TaskFamily) -> Any:
+        """The kept context's first tab, ready for the next episode: other tabs closed, cookies cleared, the
+        start URL loaded again (unless the family restarts the same page in place)."""
         pages = self.context.pages
         for extra in pages[1:]:
             with contextlib.suppress(PlaywrightError):
                 await self._w(extra.close())
         await self._w(self.context.clear_cookies())
         page = self._page = pages[0]
-        if not (same_page and self.miniwob_in_place and page.url == task.start_url):
+        if not fam.restart_in_place(prev, task, page.url):
             await page.goto(task.start_url, wait_until="domcontentloaded", timeout=self.nav_timeout_ms)
             await self._settle(page, -1)
-        intent = await self._start_miniwob(page, task.seed)
-        self.task = dataclasses.replace(task, intent=intent)
-        obs, _ = await self._observe()
-        return obs
-
-    async def _start_miniwob(self, page: Any, seed: int) -> str:
-        """Seed the page's RNG, start the episode (core.startEpisodeReal), wait for WOB_TASK_READY, and
-        return the utterance (the intent; some pages return {utterance, fields})."""
-        ready = await self._eval(page, """(a) => {
-            Math.seedrandom(a.seed); core.EPISODE_MAX_TIME = a.ms; core.startEpisodeReal();
-            return WOB_TASK_READY === true; }""", {"seed": seed, "ms": MINIWOB_EPISODE_MS})
-        if not ready:
-            await page.wait_for_function("() => WOB_TASK_READY === true", timeout=self.nav_timeout_ms)
-        utt = await self._eval(page, "() => core.getUtterance()")
-        if isinstance(utt, dict):
-            utt = utt.get("utterance", json.dumps(utt))
-        return str(utt)
+        return page
 
     # -- step --
 
@@ -1356,7 +1554,7 @@ class WebEnv:
                 self._repeat_streak = self._repeat_streak + 1 if canon == self._last_action else 1
                 self._last_action = canon
                 if action.name == "exit":
-                    reward = await self._reward_on_exit(action.message, info)
+                    reward = await self._family.score_exit(self, self._page, task, action.message, info)
                     done_reason = "exit"
                 else:
                     err = await self._execute(action)
@@ -1365,13 +1563,17 @@ class WebEnv:
                         info["error"] = err
             if dead := self._dead_reason():
                 raise EpisodeCrash(dead)
-            obs, wob = await self._observe(error=info["error"])
-            if done_reason is None and wob is not None:
-                info["raw_reward"] = wob["raw"]
-                if wob["done"]:
-                    done_reason = "page_done"
-                    reward = self._wob_reward(wob["raw"])
-                    info["reason"] = wob["reason"]
+            obs, probe = await self._observe(error=info["error"])
+            status = None
+            if done_reason is None:                 # the family's status_js was read with the observation
+                fam = self._family
+                status = fam.read_status(probe) if fam.status_js else await fam.status(self, self._page)
+            if status is not None:
+                if status.raw_reward is not None:
+                    info["raw_reward"] = status.raw_reward
+                if status.done:
+                    done_reason, reward = "page_done", status.reward
+                    info["reason"] = status.reason
             if done_reason is None:
                 if self._parse_streak >= self.max_parse_failures:
                     done_reason = "parse_failures"
@@ -1408,22 +1610,6 @@ class WebEnv:
             return self._page.url if self._page is not None else ""
         except PlaywrightError:
             return ""
-
-    async def _reward_on_exit(self, message: str | None, info: dict[str, Any]) -> float:
-        """exit(message): MiniWoB pages score themselves, so an exit before the page is done scores 0;
-        WebArena tasks are scored by the rubric (evaluate)."""
-        assert self.task is not None
-        if self.task.site == "miniwob":
-            wob = await self._eval(self._page, "() => [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL]")
-            info["raw_reward"] = wob[1]
-            return self._wob_reward(wob[1]) if wob[0] else 0.0
-        # the per-type scores and the reasons for a 0 land in info["eval"], beside the reward
-        return float(await evaluate(self.task, self._page, message, judge=self.judge, helpers=self.helpers,
-                                    details=info.setdefault("eval", {})))
-
-    def _wob_reward(self, raw: float) -> float:
-        ok = raw >= 1.0 - 1e-9 if self.miniwob_success == "perfect" else raw > 0
-        return 1.0 if ok else 0.0
 
     # -- executing one action --
 
@@ -1471,7 +1657,7 @@ class WebEnv:
                     moved = await asyncio.wait_for(loc.evaluate("(el, s) => (" + SCROLL_JS + ")([el, s])", sign),
                                                    self.eval_timeout_s)
                 else:
-                    moved = await self._eval(page, SCROLL_JS, [None, sign])
+                    moved = await self.eval_js(page, SCROLL_JS, [None, sign])
                 if not moved:
                     return f"{name}: already at the {'top' if sign < 0 else 'bottom'}"
             elif name == "Select Dropdown Option":
@@ -1509,7 +1695,6 @@ class WebEnv:
         except PlaywrightTimeoutError as e:
             if "intercepts pointer events" not in str(e):
                 raise
-            self.n_forced_clicks += 1
             await loc.click(button=button, force=True, timeout=self.action_timeout_ms)
 
     async def _type(self, loc: Any, text: str) -> None:
@@ -1668,7 +1853,7 @@ async def _manual_check(spec: str, seed: int = 0, headless: bool = True) -> None
 # Owned by the WebArena helper (config loading + rubric functions). The rest of env.py calls only:
 #   load_webarena_tasks(path) -> list[Task]        (used by load_tasks for a JSON path)
 #   async evaluate(task, page, answer, judge=None, helpers=None) -> float in {0.0, 1.0}
-#                                                   (called by WebEnv.step on exit() for non-MiniWoB tasks)
+#                                                   (called by WebArenaFamily.score_exit on exit())
 #
 # Semantics follow WebArena's evaluation_harness and WebArena-Lite (VisualAgentBench), re-implemented:
 # - Site placeholders (__SHOPPING__, __SHOPPING_ADMIN__, __REDDIT__, __GITLAB__, __MAP__, __WIKIPEDIA__,

@@ -5,9 +5,11 @@ baselines over an OpenAI-compatible endpoint, and a static HTML viewer of every 
 What it implements
 - Episodes: MiniWoB++ episode e of task t runs on the held-out page ``env.EVAL_SEEDS[e]`` (never a training
   seed: demonstrations and RL use ``env.TRAIN_SEEDS``); a WebArena / WebArena-Lite config runs each task
-  ``--episodes`` times (use 1: WebArena tasks have no seed). The episode loop is ``train_mgrpo.rollout``
-  (render with dynamic context compression -> generate -> ``env.step``), the one the RL trainer uses, run
-  concurrently in ``--concurrency`` browser contexts of one Chromium (``env.BrowserPool``), with a tqdm bar.
+  ``--episodes`` times (use 1: WebArena tasks have no seed). The episode loop is ``rollout.rollout``
+  (render with dynamic context compression -> generate -> ``env.step``), the one the RL trainer uses, run by
+  ``rollout.Runner`` in ``--concurrency`` browser contexts of one Chromium (``env.BrowserPool``), with a tqdm
+  bar; an episode longer than ``--episode-timeout`` or whose page fails to load counts as a failure with its
+  reason (``env_errors`` in results.json).
 - Models: ``--model`` takes several comma-separated entries, each ``path`` or ``name=path`` (an HF checkpoint
   directory or ``tiny``, the untrained tiny model that ``policy.load("tiny")`` builds deterministically from
   ``TinySpec.seed``), e.g. ``--model untrained=tiny,bc=ckpt/bc/hf,rl=ckpt/rl/hf``. One table compares them
@@ -48,7 +50,7 @@ Run
     python eval.py --model tiny --tasks miniwob:click-button,login-user --episodes 10
     python eval.py --model untrained=tiny,bc=ckpt/bc/hf,rl=ckpt/rl/hf --tasks miniwob:click-button,click-link \\
         --episodes 50 --concurrency 8 --out results/compare
-    python eval.py --model ckpt/rl/hf --prompt thinking,plain --max-steps 5,10,15,30       # Table 3 + Fig. 5
+    python eval.py --model ckpt/rl/hf --compare-prompts thinking,plain --max-steps 5,10,15,30       # Table 3 + Fig. 5
     python eval.py --backend openai --base-url http://127.0.0.1:8000/v1 --api-model Qwen2.5-3B-Instruct \\
         --model qwen3b=Qwen2.5-3B-Instruct --tasks webarena_lite_test.json --episodes 1
     python eval.py --smoke --model tiny            # 2 episodes x 3 steps x 32 tokens: a pipeline check
@@ -65,15 +67,15 @@ import logging
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import compress
 import env as webenv
 import policy
-import train_mgrpo
 import trainlib
+from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts
 
 log = logging.getLogger("webagent.eval")
 
@@ -83,36 +85,26 @@ log = logging.getLogger("webagent.eval")
 @dataclass
 class Args:
     """Evaluate policies on held-out episodes; e.g. ``Args(model="tiny", tasks="miniwob:click-button",
-    episodes=2, max_steps="3", max_new_tokens=32)`` is a seconds-long check."""
+    episodes=2, max_steps="3")`` is a seconds-long check."""
     model: str = "tiny"
     """comma-separated models, each PATH or NAME=PATH (HF checkpoint dir, or tiny = the untrained tiny model);
     with --backend openai the PATH is the served model name unless --api-model is set"""
     tasks: str = "miniwob:click-button,login-user"
     """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
     episodes: int = 10
-    """episodes per task; MiniWoB episode e uses the held-out page env.EVAL_SEEDS[e]"""
+    """episodes per task; episode e uses the held-out seed env.EVAL_SEEDS[e] (MiniWoB: page e)"""
     out: str = "results/eval"
     """output directory: results.json, results.md, trajectories.jsonl, viewer/, test_time_scaling.png"""
-    backend: str = "hf"
+    backend: Literal["hf", "vllm", "openai"] = "hf"
     """generation backend: hf | vllm | openai"""
     concurrency: int = 4
     """browser contexts (episodes) run at the same time; also the HF backend's max batch"""
     max_steps: str = "15"
     """interaction budget; a comma list (5,10,15,30) sweeps it (Fig. 5) from one run at the largest"""
-    prompt: str = "thinking"
-    """system prompt: thinking | plain | short | short_plain; a comma list compares formats (Table 3)"""
-    compress: bool = True
-    """dynamic context compression (Sec. 2.3); --no-compress keeps every observation"""
-    temperature: float = 0.0
-    """sampling temperature; 0 = greedy (default for evaluation), 1.0 = as in the RL rollouts"""
-    top_p: float = 1.0
-    """nucleus sampling (only with temperature > 0)"""
-    max_new_tokens: int = 1024
-    """tokens per response (paper: 1,024)"""
-    max_context: int = 16384
-    """prompt + response tokens (paper: 16,384); the current observation is truncated to fit"""
-    max_obs_chars: int = 60000
-    """observation length cap in characters (env side)"""
+    episode: EpisodeConfig = field(default_factory=lambda: EpisodeConfig(temperature=0.0))
+    """prompt and decoding (flags --prompt, --temperature, ...); greedy by default (temperature 0)"""
+    compare_prompts: str = ""
+    """comma list of prompt kinds to compare (Table 3), e.g. thinking,plain; empty: --prompt alone"""
     base_url: str = ""
     """--backend openai: base URL of the OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1"""
     api_model: str = ""
@@ -123,12 +115,10 @@ class Args:
     """--backend openai: seconds per HTTP request"""
     vllm_gpu_memory: float = 0.7
     """--backend vllm: fraction of GPU memory for the engine"""
-    episode_timeout: float = 900.0
-    """seconds one episode may take before it is stopped and counted as a failure (done_reason timeout)"""
     screenshots: bool = True
     """save a screenshot per step for the viewer (--no-screenshots is faster)"""
-    group_by: str = "auto"
-    """table columns: task | site | auto (site for WebArena configs, task for MiniWoB)"""
+    group_by: Literal["auto", "task", "site"] = "auto"
+    """table columns: task | site | auto (the task family's choice: site for WebArena, task for MiniWoB)"""
     seed: int = 0
     """torch seed of sampling (set before each model)"""
     torch_threads: int = 0
@@ -136,11 +126,6 @@ class Args:
     gains nothing from more: 2 threads on a busy 2-core box were 9x slower), torch's default on GPU"""
     smoke: bool = False
     """tiny settings for a pipeline check: at most 2 episodes, 3 steps, 32 new tokens"""
-
-
-#: Column names of the paper's Table 2 for WebArena sites.
-SITE_NAMES = {"reddit": "Reddit", "gitlab": "GitLab", "shopping_admin": "CMS", "map": "Map",
-              "shopping": "Shopping", "wikipedia": "Wikipedia"}
 
 
 # ---- models and episodes ----
@@ -186,22 +171,20 @@ def parse_budgets(spec: str) -> list[int]:
 
 
 def episode_tasks(tasks: list[webenv.Task], episodes: int, max_steps: int) -> list[tuple[webenv.Task, int]]:
-    """(task, episode index) for every evaluated episode: MiniWoB episode e on page EVAL_SEEDS[e]."""
-    out = []
-    for t in tasks:
-        for e in range(episodes):
-            seed = webenv.EVAL_SEEDS[e] if t.site == "miniwob" else t.seed
-            out.append((dataclasses.replace(t, seed=seed, max_steps=max_steps), e))
-    return out
+    """(task, episode index) for every evaluated episode: episode e runs with seed EVAL_SEEDS[e] (a family
+    without seeds, such as WebArena, ignores it)."""
+    return [(dataclasses.replace(t, seed=webenv.EVAL_SEEDS[e], max_steps=max_steps), e)
+            for t in tasks for e in range(episodes)]
 
 
-def column_of(task_id: str, site: str, group_by: str) -> str:
-    """Table 2 column of an episode: the MiniWoB task name, or the WebArena site (CMS, Reddit, ...)."""
-    if group_by == "task" or (group_by == "auto" and site == "miniwob"):
-        return task_id.removeprefix("miniwob/")
-    if "+" in site:
-        return "Multi-site"
-    return SITE_NAMES.get(site, site)
+def column_of(task: webenv.Task, group_by: str) -> str:
+    """Table 2 column of an episode: by default the task family's (the MiniWoB task name, the WebArena site:
+    CMS, Reddit, ...); ``group_by`` "task" or "site" forces the task id or the site."""
+    if group_by == "task":
+        return task.task_id
+    if group_by == "site":
+        return task.site
+    return webenv.family_of(task).column(task)
 
 
 def order_columns(columns: list[str]) -> list[str]:
@@ -217,77 +200,50 @@ def slug(text: str) -> str:
 
 # ---- run episodes ----
 
-def to_record(traj: train_mgrpo.Trajectory, *, run: str, model: str, prompt: str, task: webenv.Task,
-              episode: int, column: str, shot_rel: str | None, shot_dir: Path | None, seconds: float) -> dict:
+def to_record(traj: Trajectory, *, run: str, model: str, prompt: str, task: webenv.Task, episode: int,
+              shot_dir: Path | None, viewer_dir: Path | None, group_by: str) -> dict:
     """One episode as saved in trajectories.jsonl (screenshot paths relative to viewer/)."""
+    rel = shot_dir.relative_to(viewer_dir).as_posix() if shot_dir is not None and viewer_dir is not None else None
     steps = []
     for j, st in enumerate(traj.steps):
         n_tok = sum(traj.samples[j].mask) if j < len(traj.samples) else 0   # = len(Generation.ids)
         shot = st.get("screenshot")
-        steps.append({**st, "response_tokens": n_tok,
-                      "screenshot": f"{shot_rel}/{shot}" if shot and shot_rel else None})
-    final = None
-    if shot_dir is not None and (shot_dir / "final.png").exists():
-        final = f"{shot_rel}/final.png"
+        steps.append({**st, "response_tokens": n_tok, "screenshot": f"{rel}/{shot}" if shot and rel else None})
+    final = f"{rel}/final.png" if rel and (shot_dir / "final.png").exists() else None
     return {"run": run, "model": model, "prompt": prompt, "task": task.task_id, "site": task.site,
-            "column": column, "episode": episode, "seed": task.seed, "max_steps": task.max_steps,
-            "intent": traj.intent or task.intent, "reward": traj.reward, "success": traj.reward > 0,
-            "done_reason": traj.done_reason, "num_steps": len(traj.steps),
+            "family": task.family, "column": column_of(task, group_by), "episode": episode, "seed": task.seed,
+            "max_steps": task.max_steps, "intent": traj.intent or task.intent, "reward": traj.reward,
+            "success": traj.reward > 0, "done_reason": traj.done_reason, "num_steps": len(traj.steps),
             "response_tokens": sum(s["response_tokens"] for s in steps), "parse_errors": traj.parse_errors,
-            "env_errors": traj.env_errors, "truncated_tokens": traj.truncated_tokens,
-            "seconds": round(seconds, 3), "final_screenshot": final, "steps": steps}
+            "env_errors": int(traj.env_error), "truncated_tokens": traj.truncated_tokens,
+            "seconds": round(traj.seconds, 3), "final_screenshot": final, "steps": steps}
 
 
-async def run_episodes(pool: webenv.BrowserPool, backend, tokenizer, jobs: list[tuple[webenv.Task, int]],
-                       args: Args, *, run: str, model: str, prompt: str, viewer_dir: Path | None, bar,
+async def run_episodes(runner: Runner, backend, tokenizer, jobs: list[tuple[webenv.Task, int]], args: Args, *,
+                       run: str, model: str, prompt: str, viewer_dir: Path | None, bar,
                        on_record=None) -> list[dict]:
-    """Every (task, episode) of one run through ``train_mgrpo.rollout``, ``args.concurrency`` at a time,
-    each in its own browser context. ``on_record(rec)`` is called as each episode ends (saving it at once);
-    returns the records in job order."""
-    sampling = dataclasses.replace(args, prompt=prompt)   # rollout reads the sampling / prompt fields
-    envs: asyncio.Queue = asyncio.Queue()
-    for _ in range(max(1, min(args.concurrency, len(jobs)))):
-        envs.put_nowait(await pool.new_env(max_obs_chars=args.max_obs_chars))
+    """Every (task, episode) of one run through rollout.py's episode loop (the one RL trains with),
+    ``args.concurrency`` at a time, each in its own browser context. ``on_record(rec)`` is called as each
+    episode ends (saving it at once); returns the records in job order."""
+    cfg = dataclasses.replace(args.episode, prompt=prompt)
+    rjobs = [Job(task, group=e, screenshot_dir=viewer_dir / "shots" / slug(run) / f"{slug(task.task_id)}_e{e}"
+                 if viewer_dir is not None else None) for task, e in jobs]
     stats = {"done": 0, "success": 0}
+    records: dict[int, dict] = {}   # id(job) -> record
 
-    async def one(task: webenv.Task, episode: int) -> dict:
-        column = column_of(task.task_id, task.site, args.group_by)
-        shot_rel = shot_dir = None
-        if viewer_dir is not None:
-            shot_rel = f"shots/{slug(run)}/{slug(task.task_id)}_e{episode}"
-            shot_dir = viewer_dir / shot_rel
-        env = await envs.get()
-        t0 = time.time()
-        try:
-            traj = await asyncio.wait_for(
-                train_mgrpo.rollout(env, backend, tokenizer, task, episode, sampling, screenshot_dir=shot_dir),
-                args.episode_timeout)
-        except asyncio.TimeoutError:   # a stuck page or generation: this episode fails, the env is replaced
-            log.warning("%s %s episode %d: timed out after %.0fs", run, task.task_id, episode, args.episode_timeout)
-            traj = train_mgrpo.Trajectory(group=episode, task_id=task.task_id, seed=task.seed,
-                                          done_reason="timeout", env_errors=1)
-            await env.close()
-            env = await pool.new_env(max_obs_chars=args.max_obs_chars)
-        except compress.ContextOverflowError as e:   # only with --no-compress on long episodes
-            traj = train_mgrpo.Trajectory(group=episode, task_id=task.task_id, seed=task.seed,
-                                          done_reason=f"context_overflow: {e}")
-        finally:
-            envs.put_nowait(env)
-        rec = to_record(traj, run=run, model=model, prompt=prompt, task=task, episode=episode, column=column,
-                        shot_rel=shot_rel, shot_dir=shot_dir, seconds=time.time() - t0)
+    def done(job: Job, traj: Trajectory) -> None:
+        rec = to_record(traj, run=run, model=model, prompt=prompt, task=job.task, episode=job.group,
+                        shot_dir=job.screenshot_dir, viewer_dir=viewer_dir, group_by=args.group_by)
+        records[id(job)] = rec
         if on_record is not None:
             on_record(rec)
         stats["done"] += 1
         stats["success"] += rec["success"]
         bar.update(1)
         bar.set_postfix(run=run, success=f"{stats['success'] / stats['done']:.2f}")
-        return rec
 
-    try:
-        return list(await asyncio.gather(*(one(t, e) for t, e in jobs)))
-    finally:
-        while not envs.empty():
-            await envs.get_nowait().close()
+    await rollouts(runner, backend, tokenizer, rjobs, cfg, on_done=done)
+    return [records[id(j)] for j in rjobs]
 
 
 # ---- backends ----
@@ -303,14 +259,15 @@ def fallback_tokenizer(path: str):
 
 def make_backend(args: Args, path: str, shared_tokenizer=None):
     """(backend, tokenizer, close) for one model entry."""
+    ep = args.episode
     if args.backend == "hf":
         device, dtype = policy.decide_device()
         if args.torch_threads or device.type == "cpu":
             import torch
             torch.set_num_threads(args.torch_threads or 1)
         model, tok = policy.load(path, device=device, dtype=dtype)
-        backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=args.max_new_tokens,
-                                      temperature=args.temperature, top_p=args.top_p,
+        backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=ep.max_new_tokens,
+                                      temperature=ep.temperature, top_p=ep.top_p,
                                       max_batch_size=max(1, args.concurrency))
 
         async def close():   # free the weights before the next model loads
@@ -321,9 +278,9 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
                 torch.cuda.empty_cache()
         return backend, tok, close
     if args.backend == "vllm":
-        backend = policy.make_backend("vllm", model_path=path, max_new_tokens=args.max_new_tokens,
-                                      temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                                      gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=args.max_context)
+        backend = policy.make_backend("vllm", model_path=path, max_new_tokens=ep.max_new_tokens,
+                                      temperature=ep.temperature, top_p=ep.top_p, seed=args.seed,
+                                      gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context)
 
         async def close():
             shutdown = getattr(backend.engine, "shutdown", None)
@@ -334,15 +291,15 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
         if not args.base_url:
             raise SystemExit("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         backend = policy.make_backend("openai", base_url=args.base_url, model=args.api_model or path,
-                                      tokenizer=shared_tokenizer, max_new_tokens=args.max_new_tokens,
-                                      temperature=args.temperature, top_p=args.top_p,
+                                      tokenizer=shared_tokenizer, max_new_tokens=ep.max_new_tokens,
+                                      temperature=ep.temperature, top_p=ep.top_p,
                                       timeout_s=args.request_timeout)
 
         async def close():
             if backend.stats["failed"]:
                 log.warning("openai backend: %d requests failed (%s)", backend.stats["failed"], backend.stats)
         return backend, shared_tokenizer, close
-    raise SystemExit(f"--backend must be hf, vllm or openai, got {args.backend!r}")
+    raise AssertionError(args.backend)   # Literal: parse_args refused anything else
 
 
 # ---- metrics ----
@@ -421,10 +378,11 @@ def budget_table(runs: dict[str, Any], budgets: list[int]) -> str:
 
 def results_markdown(runs: dict[str, Any], columns: list[str], budgets: list[int], args: Args) -> str:
     n = sorted({c["n"] for r in runs.values() for c in r["tasks"].values()})
-    decoding = "greedy" if args.temperature <= 0 else f"temperature {args.temperature}, top-p {args.top_p}"
+    ep = args.episode
+    decoding = "greedy" if ep.temperature <= 0 else f"temperature {ep.temperature}, top-p {ep.top_p}"
     parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.tasks}`, {'/'.join(map(str, n))} "
              f"episodes per task (held-out seeds), at most {budgets[-1]} interactions, {decoding}, "
-             f"prompt {args.prompt}. Average SR = successes / episodes over all tasks.\n",
+             f"prompt {', '.join(dict.fromkeys(r['prompt'] for r in runs.values()))}. Average SR = successes / episodes over all tasks.\n",
              table2(runs, columns),
              "\n## Prompting design, Table 3 layout\n\nLength = generated tokens per turn; "
              "# of Interactions = steps per episode.\n",
@@ -515,11 +473,11 @@ def _esc(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _render_step(j: int, st: dict, miniwob: bool) -> str:
+def _render_step(j: int, st: dict, family: str) -> str:
     resp = st.get("response") or ""
     thought, answer = compress.split_response(resp)   # the response format lives in compress.py
     shot = st.get("screenshot")
-    img = (f'<a href="{_esc(shot)}" target="_blank"><div class="shot{" miniwob" if miniwob else ""}">'
+    img = (f'<a href="{_esc(shot)}" target="_blank"><div class="shot {_esc(family)}">'
            f'<img src="{_esc(shot)}" alt="step {j + 1} screenshot" loading="lazy"></div></a>'
            if shot else '<div class="shot meta">(no screenshot)</div>')
     parts = [f'<div class="step" data-step="{j}">{img}<div>',
@@ -585,11 +543,11 @@ def render_viewer(records: list[dict], runs: dict[str, Any], columns: list[str],
                    f"{r['seconds']:.1f}s · model {_esc(r['model'])} · prompt {_esc(r['prompt'])}</div>")
         if not ok:
             out.append(f"<div class=why>Why it failed: {_esc(failure_reason(r))}</div>")
-        miniwob = r["site"] == "miniwob"
-        out += [_render_step(j, st, miniwob) for j, st in enumerate(r["steps"])]
+        family = r.get("family", "")   # the screenshot's crop is per family (CSS .shot.<family>)
+        out += [_render_step(j, st, family) for j, st in enumerate(r["steps"])]
         if r.get("final_screenshot"):
             out.append(f"<div class='step final'><a href='{_esc(r['final_screenshot'])}' target='_blank'>"
-                       f"<div class='shot{' miniwob' if miniwob else ''}'><img src='{_esc(r['final_screenshot'])}' "
+                       f"<div class='shot {_esc(family)}'><img src='{_esc(r['final_screenshot'])}' "
                        f"alt='final screenshot' loading='lazy'></div></a><div><b>Final page</b> {badge} "
                        f"reward {r['reward']:g}, done: {_esc(r['done_reason'])}</div></div>")
         out.append(f"<div class=meta><a href='#index'>back to the index</a></div></section>")
@@ -615,14 +573,17 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
         saved.write(json.dumps(rec) + "\n")
         saved.flush()
     try:
-        async with webenv.BrowserPool() as pool:
+        ep = args.episode
+        async with webenv.BrowserPool() as pool, \
+                Runner(pool, args.concurrency, timeout_s=ep.episode_timeout,
+                       env_kwargs={"max_obs_chars": ep.max_obs_chars}) as runner:
             for name, path in models:
                 backend, tok, close = make_backend(args, path, shared_tok)
                 try:
                     for prompt in prompts:
                         run = name if len(prompts) == 1 else f"{name} [{prompt}]"
                         torch.manual_seed(args.seed)
-                        records += await run_episodes(pool, backend, tok, jobs, args, run=run, model=path,
+                        records += await run_episodes(runner, backend, tok, jobs, args, run=run, model=path,
                                                       prompt=prompt, viewer_dir=viewer_dir, bar=bar,
                                                       on_record=save)
                         res = summarize([r for r in records if r["run"] == run], [budget])[run]["overall"]
@@ -643,16 +604,14 @@ def main(args: Args) -> dict[str, Any]:
     if args.smoke:
         args.episodes = min(args.episodes, 2)
         args.max_steps = ",".join(str(min(k, 3)) for k in parse_budgets(args.max_steps))
-        args.max_new_tokens = min(args.max_new_tokens, 32)
-    if args.group_by not in ("auto", "task", "site"):
-        raise SystemExit(f"--group-by must be auto, task or site, got {args.group_by!r}")
-    log.info("args %s", json.dumps(vars(args)))
+        args.episode.max_new_tokens = min(args.episode.max_new_tokens, 32)
+    log.info("args %s", json.dumps(trainlib.args_dict(args)))
     # derived
     models = parse_models(args.model)
-    prompts = [p.strip() for p in args.prompt.split(",") if p.strip()]
+    prompts = [p.strip() for p in args.compare_prompts.split(",") if p.strip()] or [args.episode.prompt]
     for p in prompts:
         if p not in compress.PROMPT_KINDS:
-            raise SystemExit(f"--prompt {p!r}: expected one of {compress.PROMPT_KINDS}")
+            raise SystemExit(f"--compare-prompts {p!r}: expected one of {compress.PROMPT_KINDS}")
     budgets = parse_budgets(args.max_steps)
     tasks = webenv.load_tasks(args.tasks)
     out = Path(args.out)
@@ -667,8 +626,9 @@ def main(args: Args) -> dict[str, Any]:
     # ---- results ----
     runs = summarize(records, budgets)
     columns = order_columns(list(dict.fromkeys(r["column"] for r in records)))
-    results = {"args": vars(args), "columns": columns, "budgets": budgets, "seconds": round(time.time() - t0, 1),
-               "decoding": "greedy" if args.temperature <= 0 else "sampling", "runs": runs}
+    results = {"args": trainlib.args_dict(args), "columns": columns, "budgets": budgets,
+               "seconds": round(time.time() - t0, 1),
+               "decoding": "greedy" if args.episode.temperature <= 0 else "sampling", "runs": runs}
     (out / "results.json").write_text(json.dumps(results, indent=1))
     md = results_markdown(runs, columns, budgets, args)
     (out / "results.md").write_text(md)

@@ -15,9 +15,12 @@ What it implements
 - ``EXPERTS``: task name -> ``async solver(demo)``; ``Demo`` carries the env, the latest observation
   and the recorded steps, and gives the solver its hands (click / type / select). ``MULTI_STEP`` names
   the tasks where most demonstrations take 3 actions or more.
-- ``run_episode(env, task) -> dict``: one trajectory record (schema below) for ``task.seed``.
-- The CLI: (task, seed) jobs over ``--concurrency`` contexts of one BrowserPool, a progress bar, a
-  per-task success table, and the JSONL file train_bc.py reads.
+- ``demonstrate(env, task) -> (record, reason)``: one trajectory record (schema below) for ``task.seed``,
+  and why it failed (None for a success).
+- The CLI: (task, seed) jobs through ``rollout.Runner`` (``--concurrency`` contexts of one BrowserPool,
+  the same failure policy as RL and evaluation: a page that fails to load or a demonstration longer than
+  60 s ends that episode with a reason), a progress bar, a per-task success table, and the JSONL file
+  train_bc.py reads.
 
 How solvers behave (and how this departs from the paper)
 - WebAgent-R1's BC data for WebArena-Lite came from WebRL's rule-based Playwright solvers on the WebArena
@@ -71,11 +74,12 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Literal
 
 import env as webenv
-from compress import PROMPT_KINDS, format_response   # the response format lives in compress.py
+from compress import PromptKind, format_response   # the response format lives in compress.py
 from env import Action, format_action
+from rollout import Runner
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
@@ -89,10 +93,11 @@ TRAIN_SEEDS = webenv.TRAIN_SEEDS     # range(0, 1_000_000): demonstrations, BC a
 EVAL_SEEDS = webenv.EVAL_SEEDS       # range(1_000_000, 2_000_000): held-out evaluation pages
 SPLITS = {"train": TRAIN_SEEDS, "eval": EVAL_SEEDS}
 
-EPISODE_TIMEOUT_S = 60.0      # one solver run (every step of a demonstration)
+EPISODE_TIMEOUT_S = 60.0      # one demonstration, reset included
 # WebEnv options for demonstrations: a generous action timeout, so that a click on a loaded 2-core box
-# is not refused after env.py's default 2 s (the observations do not depend on it).
-ENV_KWARGS: dict[str, Any] = {"action_timeout_ms": 10_000}
+# is not refused after env.py's default 2 s (the observations do not depend on it), and the one
+# observation cap that RL and evaluation use too.
+ENV_KWARGS: dict[str, Any] = {"action_timeout_ms": 10_000, "max_obs_chars": webenv.MAX_OBS_CHARS}
 
 
 # ---- the demonstrator's hands: it reads the page, it acts only through env.step ----
@@ -672,36 +677,26 @@ def task_name(task_id: str) -> str:
 
 
 async def demonstrate(env, task, prompt: str = "thinking") -> tuple[dict, str | None]:
-    """Run one expert episode; returns (trajectory record, failure reason or None)."""
+    """Run one expert episode; returns (trajectory record, failure reason or None). The record is
+    ``{"task", "seed", "intent", "reward", "steps": [{"observation", "error", "url", "response"}]}``
+    (``reward`` 1.0 = success); ``prompt`` = the compress.system_prompt kind the responses are written for."""
     solver = EXPERTS[task_name(task.task_id)]
     obs = await env.reset(task)
     demo = Demo(env, obs, prompt=prompt)
     reason = None
     try:
-        await asyncio.wait_for(solver(demo), EPISODE_TIMEOUT_S)
+        await solver(demo)
         reason = "solver finished but the episode did not end"
     except EpisodeOver:
         if demo.reward <= 0:
             reason = f"episode ended without reward ({demo.done_reason})"
     except ExpertError as e:
         reason = f"expert: {e}"
-    except asyncio.TimeoutError:
-        reason = f"timeout: the demonstration took more than {EPISODE_TIMEOUT_S:.0f}s"
     except PlaywrightError as e:            # a read of the page failed (e.g. a wait for a menu timed out)
         reason = f"page: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
     record = {"task": task.task_id, "seed": task.seed, "intent": obs.intent, "reward": demo.reward,
               "steps": demo.steps}
     return record, reason
-
-
-async def run_episode(env, task, prompt: str = "thinking") -> dict:
-    """One expert trajectory for ``task`` (its seed = ``task.seed``), as the JSONL record:
-    ``{"task", "seed", "intent", "reward", "steps": [{"observation", "error", "url", "response"}]}``;
-    ``reward`` 1.0 = success. ``prompt`` = the compress.system_prompt kind the responses are written for."""
-    record, reason = await demonstrate(env, task, prompt)
-    if reason:
-        log.info("%s seed %d failed: %s", task.task_id, task.seed, reason)
-    return record
 
 
 # ---- command line ----
@@ -713,7 +708,7 @@ class Args:
     """'experts' (every covered task), or an env.load_tasks spec such as 'miniwob:click-button,login-user'"""
     episodes: int = 100
     """episodes (seeds) per task; only successful ones are written"""
-    split: str = "train"
+    split: Literal["train", "eval"] = "train"
     """seed range: 'train' (TRAIN_SEEDS, 0..999999) or 'eval' (EVAL_SEEDS, 1000000..1999999)"""
     seed_offset: int = 0
     """first seed = start of the split + seed_offset (episode i uses start + seed_offset + i)"""
@@ -729,7 +724,7 @@ class Args:
     """optional JSONL of failed episodes (record + reason) for debugging"""
     progress: bool = True
     """show a tqdm progress bar"""
-    prompt: str = "thinking"
+    prompt: PromptKind = "thinking"
     """response format, a compress.system_prompt kind: thinking / short (<think>..</think><answer>..</answer>)
     or plain / short_plain (a '# Element:' line, then the action)"""
 
@@ -750,43 +745,32 @@ async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwarg
                    pool_kwargs: dict | None = None, progress: bool = True, prompt: str = "thinking"
                    ) -> list[tuple[dict, str | None]]:
     """Run every (task, seed) through the experts with ``concurrency`` contexts of one BrowserPool."""
-    env_kwargs = ENV_KWARGS if env_kwargs is None else env_kwargs
-    jobs: asyncio.Queue = asyncio.Queue()
-    for t in tasks:
-        for s in seeds:
-            jobs.put_nowait(dataclasses.replace(t, seed=s))
-    results: list[tuple[dict, str | None]] = []
+    jobs = [dataclasses.replace(t, seed=s) for t in tasks for s in seeds]
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=jobs.qsize(), desc="demos", unit="ep", dynamic_ncols=True)
+        bar = tqdm(total=len(jobs), desc="demos", unit="ep", dynamic_ncols=True)
+    ok = 0
 
-    async def worker(pool) -> None:
-        env = await pool.new_env(**env_kwargs)
-        try:
-            while not jobs.empty():
-                task = jobs.get_nowait()
-                try:
-                    results.append(await demonstrate(env, task, prompt))
-                except webenv.EpisodeCrash as e:    # reset failed: count it, go on with a fresh env
-                    log.warning("%s seed %d crashed: %s", task.task_id, task.seed, e)
-                    results.append(({"task": task.task_id, "seed": task.seed, "intent": "", "reward": 0.0,
-                                     "steps": []}, f"crash: {e}"))
-                    await env.close()
-                    env = await pool.new_env(**env_kwargs)
-                if bar is not None:
-                    ok = sum(1 for _, r in results if r is None)
-                    bar.set_postfix(success=f"{ok}/{len(results)}")
-                    bar.update(1)
-        finally:
-            await env.close()
+    def failed(task, reason: str) -> tuple[dict, str]:   # a reset that failed, or a demonstration too long
+        return {"task": task.task_id, "seed": task.seed, "intent": "", "reward": 0.0, "steps": []}, reason
 
-    async with webenv.BrowserPool(**(pool_kwargs or {})) as pool:
-        await asyncio.gather(*(worker(pool) for _ in range(max(1, concurrency))))
+    def done(task, result: tuple[dict, str | None]) -> None:
+        nonlocal ok
+        if result[1]:
+            log.info("%s seed %d failed: %s", task.task_id, task.seed, result[1])
+        ok += result[1] is None
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(success=f"{ok}/{bar.n}")
+
+    async with webenv.BrowserPool(**(pool_kwargs or {})) as pool, \
+            Runner(pool, concurrency, timeout_s=EPISODE_TIMEOUT_S,
+                   env_kwargs=ENV_KWARGS if env_kwargs is None else env_kwargs) as runner:
+        results = await runner.run(jobs, lambda env, task: demonstrate(env, task, prompt), failed, done)
     if bar is not None:
         bar.close()
-    results.sort(key=lambda r: (r[0]["task"], r[0]["seed"]))
-    return results
+    return sorted(results, key=lambda r: (r[0]["task"], r[0]["seed"]))
 
 
 def write_jsonl(path: str | Path, records: list[dict]) -> None:
@@ -821,10 +805,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log.info("args %s", vars(args))
     # derived
-    if args.split not in SPLITS:
-        raise SystemExit(f"--split must be one of {list(SPLITS)}")
-    if args.prompt not in PROMPT_KINDS:
-        raise SystemExit(f"--prompt must be one of {PROMPT_KINDS}")
     split = SPLITS[args.split]
     seeds = [split.start + args.seed_offset + i for i in range(args.episodes)]
     if seeds and seeds[-1] >= split.stop:

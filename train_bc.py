@@ -76,8 +76,8 @@ class Args:
     """gradient norm clipping"""
     max_len: int = 16384
     """samples longer than this many tokens are dropped (counted)"""
-    prompt: str = "thinking"
-    """system prompt: thinking | plain | short (compress.system_prompt)"""
+    prompt: compress.PromptKind = "thinking"
+    """system prompt: thinking | plain | short | short_plain (compress.system_prompt)"""
     think_in_loss: bool = True
     """include the <think> part of each response in the loss (Eq. 1); --no-think-in-loss as the reference code"""
     grad_checkpointing: bool = False

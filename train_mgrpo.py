@@ -2,13 +2,17 @@
 
 One training step:
   1. rollouts: B tasks x G trajectories (G = group size), each an asyncio task with its own browser
-     context, all G of a group starting from the same page (same MiniWoB seed). A trajectory loops
-     render (compress.py, dynamic context compression) -> generate (policy.py) -> env.step until exit(),
-     an early stop or the step limit, then gets its binary reward. Every step is kept as a token-exact
-     sample (prompt ids + generated ids), so each action is scored under the context it was generated in.
-  2. advantages: A_i = (r_i - mean) / (std + eps) within the group, shared by all actions of trajectory i.
-     Groups whose rewards are all equal carry no signal: ``--zero-std skip`` (default) drops them from the
-     loss (KL included) at no forward cost; ``keep`` keeps their KL term.
+     context, all G of a group starting from the same page (same MiniWoB seed). A trajectory is
+     rollout.py's episode loop (the one evaluation runs): render (compress.py, dynamic context compression)
+     -> generate (policy.py) -> env.step until exit(), an early stop or the step limit, then its binary
+     reward. Every step is kept as a token-exact sample (prompt ids + generated ids), so each action is
+     scored under the context it was generated in.
+  2. advantages (``mgrpo_batch``): A_i = (r_i - mean) / (std + eps) within the group, shared by all actions
+     of trajectory i. A trajectory the environment ended (failed reset, browser crash, timeout) is not a
+     policy failure: it leaves its group's statistics (counted in rollout/env_errors), and a group left with
+     fewer than 2 trajectories leaves the loss. Groups whose rewards are all equal carry no signal:
+     ``--zero-std skip`` (default) drops them from the loss (KL included) at no forward cost; ``keep``
+     keeps their KL term.
   3. loss (Eq. 2): clipped ratio (eps 0.2) minus beta * KL to the frozen reference (k3 estimator,
      beta 0.001), with the token -> action -> trajectory -> group normalisation 1/(G |tau_i| |a_ij|) as
      per-sample weights, so micro-batches are a plain weighted sum.
@@ -29,6 +33,7 @@ Run:
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import logging
@@ -37,14 +42,14 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
-from playwright.async_api import Error as PlaywrightError
 
-import compress
 import env as webenv
 import policy
 import trainlib
+from rollout import EpisodeConfig, Job, Runner, Sample, Trajectory, rollouts
 
 log = logging.getLogger("webagent.mgrpo")
 
@@ -70,7 +75,7 @@ class Args:
     """epsilon of the clipped ratio in Eq. 2"""
     beta: float = 0.001
     """KL coefficient in Eq. 2; 0 loads no reference model"""
-    zero_std: str = "skip"
+    zero_std: Literal["skip", "keep"] = "skip"
     """groups with all-equal rewards: skip (leave the loss, KL included) or keep"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
@@ -78,22 +83,12 @@ class Args:
     """action samples per forward/backward pass"""
     grad_clip: float = 1.0
     """gradient norm clipping"""
-    backend: str = "hf"
+    backend: Literal["hf", "vllm"] = "hf"
     """rollout generation: hf (CPU or GPU) or vllm (GPU)"""
-    temperature: float = 1.0
-    """sampling temperature (paper: 1.0)"""
-    top_p: float = 1.0
-    """nucleus sampling (paper: 1.0)"""
-    max_new_tokens: int = 1024
-    """tokens per response (paper: 1,024)"""
-    max_context: int = 16384
-    """prompt + response tokens (paper: 16,384); the current observation is truncated to fit"""
     max_turns: int = 15
     """interactions per trajectory before it is cut off"""
-    prompt: str = "thinking"
-    """system prompt: thinking | plain | short"""
-    compress: bool = True
-    """dynamic context compression (Sec. 2.3); --no-compress keeps every observation"""
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """prompt and sampling of the rollouts (flags --prompt, --temperature, --max-new-tokens, ...)"""
     ds_config: str = ""
     """DeepSpeed config; default configs/zero3.json on GPU, configs/zero0.json on CPU"""
     grad_checkpointing: bool = False
@@ -102,8 +97,6 @@ class Args:
     """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
     sync_warn: float = 0.05
     """warn when engine vs trainer log-probs of the probe differ by more than this after a weight push"""
-    max_obs_chars: int = 60000
-    """observation length cap in characters (env side)"""
     seed: int = 0
     """seed of sampling and of the MiniWoB training episodes"""
     torch_threads: int = 1
@@ -116,100 +109,12 @@ class Args:
     """continue from <out>/latest"""
 
 
-# ---- rollouts ----
-
-@dataclass
-class Sample:
-    """One action a_ij with the exact context it was generated in: ``ids = prompt + action``,
-    ``mask`` 1 on the action ids, ``gen_logprobs`` what the sampler reported for them."""
-    ids: list[int]
-    mask: list[int]
-    gen_logprobs: list[float] | None
-
-
-@dataclass
-class Trajectory:
-    """One rollout tau_i: its group, binary reward, per-step samples and a readable log of the steps."""
-    group: int
-    task_id: str
-    seed: int
-    intent: str = ""
-    reward: float = 0.0
-    samples: list[Sample] = field(default_factory=list)
-    steps: list[dict] = field(default_factory=list)
-    done_reason: str | None = None
-    parse_errors: int = 0
-    env_errors: int = 0
-    truncated_tokens: int = 0
-
-
-async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, group: int, args: Args,
-                  screenshot_dir: Path | None = None) -> Trajectory:
-    """Run one trajectory: render -> generate -> step until done; every step becomes a token-exact Sample.
-
-    ``args`` needs the sampling and prompt fields of ``Args`` (eval.py passes its own). With
-    ``screenshot_dir``, the page is saved as ``step_<j>.png`` before each action and ``final.png`` at the
-    end, and each step records its screenshot's file name."""
-    traj = Trajectory(group=group, task_id=task.task_id, seed=task.seed)
-    try:
-        obs = await env.reset(task)
-    except webenv.EpisodeCrash as e:   # a page that fails to load ends this trajectory only; training goes on
-        traj.done_reason = f"reset failed: {type(e).__name__}: {e}"
-        traj.env_errors += 1
-        return traj
-    traj.intent = obs.intent
-    turns: list[compress.Turn] = []
-    while True:
-        prompt_ids, n_cut, shown = compress.fit_prompt(
-            tokenizer, obs.intent, turns, obs.text, obs.error, max_context=args.max_context,
-            max_new_tokens=args.max_new_tokens, prompt=args.prompt, compress=args.compress, return_obs=True)
-        traj.truncated_tokens += n_cut
-        shot = await _screenshot(env, screenshot_dir, f"step_{len(traj.steps)}.png")
-        # messages: the same prompt as chat messages, for HTTP backends (OpenAIBackend); others use the ids
-        messages = compress.build_messages(obs.intent, turns, shown, obs.error, prompt=args.prompt,
-                                           compress=args.compress)
-        gen = await backend.generate(prompt_ids, messages=messages, max_new_tokens=args.max_new_tokens,
-                                     temperature=args.temperature, top_p=args.top_p)
-        ids, mask = compress.rl_sample(prompt_ids, gen.ids)
-        traj.samples.append(Sample(ids, mask, gen.logprobs))
-        res = await env.step(gen.text)
-        info = res.info
-        traj.parse_errors += int(bool(info.get("parse_error")))
-        traj.env_errors += int(info.get("done_reason") == "crash")
-        traj.steps.append({"observation": shown, "error": obs.error, "response": gen.text,
-                           "action": info.get("action"), "action_error": info.get("error"), "screenshot": shot,
-                           "parse_error": bool(info.get("parse_error")), "finish_reason": gen.finish_reason})
-        turns.append(compress.Turn(shown, gen.text, obs.error))
-        if res.done:
-            traj.reward, traj.done_reason = float(res.reward), info.get("done_reason")
-            await _screenshot(env, screenshot_dir, "final.png")
-            return traj
-        obs = res.obs
-
-
-async def _screenshot(env: webenv.WebEnv, out_dir: Path | None, name: str) -> str | None:
-    """Save the active page as out_dir/name; a page that cannot be captured (crashed) gives None."""
-    if out_dir is None:
-        return None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        await env.page.screenshot(path=str(out_dir / name), timeout=10_000)
-    except PlaywrightError as e:   # a crashed or closed page: the episode's own step result says why
-        log.warning("screenshot %s failed: %s", out_dir / name, e)
-        return None
-    return name
-
-
 def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int) -> list[webenv.Task]:
-    """Groups cursor .. cursor+n-1 of the run: group k takes task k mod len(tasks); a MiniWoB group gets
-    its own episode seed from env.TRAIN_SEEDS (disjoint from the held-out env.EVAL_SEEDS)."""
-    out = []
-    for k in range(cursor, cursor + n):
-        t = tasks[k % len(tasks)]
-        if t.site == "miniwob":
-            t = dataclasses.replace(t, seed=webenv.TRAIN_SEEDS[(seed * 7919 + k) % len(webenv.TRAIN_SEEDS)])
-        out.append(t)
-    return out
+    """Groups cursor .. cursor+n-1 of the run: group k takes task k mod len(tasks) with its own episode
+    seed from env.TRAIN_SEEDS (disjoint from the held-out env.EVAL_SEEDS; families without seeds ignore it)."""
+    return [dataclasses.replace(tasks[k % len(tasks)],
+                                seed=webenv.TRAIN_SEEDS[(seed * 7919 + k) % len(webenv.TRAIN_SEEDS)])
+            for k in range(cursor, cursor + n)]
 
 
 # ---- log-probs of a batch of samples ----
@@ -236,17 +141,72 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
 
 
 def eq2_weights(group_of_traj: list[int], steps_per_traj: list[int], action_tokens: list[list[int]],
-                group_size: int) -> list[list[float]]:
-    """Per-action weights 1 / (n_groups * G * |tau_i| * |a_ij|) of Eq. 2.
+                n_groups: int | None = None) -> list[list[float]]:
+    """Per-action weights 1 / (n_groups * G_g * |tau_i| * |a_ij|) of Eq. 2.
 
     ``group_of_traj[i]`` is trajectory i's group, ``steps_per_traj[i] = |tau_i|`` and
-    ``action_tokens[i][j] = |a_ij|``. Summed over its tokens an action weighs 1/(n G |tau_i|), a
-    trajectory 1/(n G), a group 1/n and the batch 1: Eq. 2 averaged over the n groups of the batch.
-    Micro-batches of samples then simply add up.
+    ``action_tokens[i][j] = |a_ij|``; G_g is the number of trajectories of group g in the list (G unless the
+    environment lost some), and ``n_groups`` defaults to the number of groups in the list (several ranks
+    pass the total). Summed over its tokens an action weighs 1/(n G_g |tau_i|), a trajectory 1/(n G_g), a
+    group 1/n and the batch 1: Eq. 2 averaged over the n groups of the batch. Micro-batches of samples then
+    simply add up.
     """
-    n_groups = len(set(group_of_traj))
-    return [[1.0 / (n_groups * group_size * steps_per_traj[i] * n) for n in action_tokens[i]]
-            for i in range(len(group_of_traj))]
+    size = collections.Counter(group_of_traj)
+    n = n_groups or len(size)
+    return [[1.0 / (n * size[g] * steps_per_traj[i] * k) for k in action_tokens[i]]
+            for i, g in enumerate(group_of_traj)]
+
+
+@dataclass
+class Batch:
+    """This rank's share of one step's Eq. 2: every action sample with its trajectory's advantage A_i and
+    its weight, and which groups carried a learning signal."""
+    samples: list[Sample]
+    adv: list[float]
+    weight: list[float]
+    groups: int                  # groups in the loss, this rank
+    zero_std: list[bool]         # per group with >= 2 valid trajectories: all rewards equal
+    dropped: int                 # groups left out for having < 2 valid trajectories (environment failures)
+
+
+def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lambda n: n, world: int = 1) -> Batch:
+    """Trajectories -> the samples, advantages and Eq. 2 weights of one update.
+
+    - A trajectory the environment ended (``env_error``: failed reset, crash, timeout) is not the policy's
+      outcome: it leaves its group's mean and std, and carries no samples. A group with fewer than 2 valid
+      trajectories has no baseline and leaves the loss.
+    - ``zero_std="skip"``: a group whose rewards are all equal (A = 0 for all) leaves the loss, KL included;
+      ``"keep"`` keeps it for its KL term.
+    - Several ranks: ``reduce_sum`` adds a count over ranks (all-reduce) and ``world`` is their number. The
+      weights use the total group count and are multiplied by ``world``, because DeepSpeed averages the
+      ranks' gradients: the mean of the ranks' losses is then exactly Eq. 2 over every group of the step.
+    """
+    by_group: dict[int, list[Trajectory]] = collections.defaultdict(list)
+    for t in trajs:
+        by_group[t.group].append(t)
+    kept, flags, dropped = [], [], 0
+    for members in by_group.values():
+        valid = [t for t in members if not t.env_error]
+        if len(valid) < 2:
+            dropped += 1
+            continue
+        rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
+        flat = bool(rewards.std(unbiased=False) == 0)
+        flags.append(flat)
+        if flat and zero_std == "skip":
+            continue
+        kept.append((valid, group_advantages(rewards, len(valid)).tolist()))
+    n_total = reduce_sum(len(kept))   # groups in the loss, all ranks together
+    rows = [(t, a) for valid, adv in kept for t, a in zip(valid, adv)]   # (an empty one still counts in G_g)
+    weights = eq2_weights([t.group for t, _ in rows], [len(t.samples) for t, _ in rows],
+                          [[sum(s.mask) for s in t.samples] for t, _ in rows], n_groups=n_total or None)
+    batch = Batch([], [], [], len(kept), flags, dropped)
+    for (t, a), w_t in zip(rows, weights):
+        for s, w in zip(t.samples, w_t):
+            batch.samples.append(s)
+            batch.adv.append(a)
+            batch.weight.append(w * world)
+    return batch
 
 
 # ---- loss ----
@@ -294,22 +254,19 @@ def main(args: Args) -> Path:
     device, dtype = policy.decide_device()
     if not args.ds_config:
         args.ds_config = "configs/zero3.json" if device.type == "cuda" else "configs/zero0.json"
-    if args.zero_std not in ("skip", "keep"):
-        raise SystemExit(f"--zero-std must be skip or keep, got {args.zero_std!r}")
     if args.tasks_per_step % world:
         raise SystemExit(f"--tasks-per-step {args.tasks_per_step} must be a multiple of the world size {world}")
-    # derived
-    groups_per_rank = args.tasks_per_step // world
     out = Path(args.out)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        log.info("args %s", json.dumps(vars(args)))
-        log.info("%d trajectories per step = B %d x G %d, %d groups per rank",
-                 args.tasks_per_step * args.group_size, args.tasks_per_step, args.group_size, groups_per_rank)
+        log.info("args %s", json.dumps(trainlib.args_dict(args)))
+        log.info("%d trajectories per step = B %d x G %d, %d groups per rank", args.tasks_per_step * args.group_size,
+                 args.tasks_per_step, args.group_size, args.tasks_per_step // world)
     torch.manual_seed(args.seed * 1000 + rank)
     tasks = [dataclasses.replace(t, max_steps=args.max_turns) for t in webenv.load_tasks(args.tasks)]
 
     # ---- models ----
+    ep = args.episode
     model, tokenizer = policy.load(args.model, device=device, dtype=dtype)
     ref_model = None
     if args.beta != 0.0:   # frozen reference pi_ref for the KL term
@@ -324,96 +281,26 @@ def main(args: Args) -> Path:
         if trainlib.zero_stage(cfg) == 3 and world > 1:
             raise SystemExit("--backend hf with ZeRO-3 on several ranks would gather weights in lock-step for "
                              "every generated token; use --backend vllm, or ZeRO-0/2 (configs/zero2.json)")
-        backend = policy.HFBackend(engine.module, tokenizer, max_new_tokens=args.max_new_tokens,
-                                   temperature=args.temperature, top_p=args.top_p,
+        backend = policy.HFBackend(engine.module, tokenizer, max_new_tokens=ep.max_new_tokens,
+                                   temperature=ep.temperature, top_p=ep.top_p,
                                    num_threads=args.torch_threads if device.type == "cpu" and args.torch_threads else None)
-    elif args.backend == "vllm":
-        backend = policy.VLLMBackend(args.model, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                     top_p=args.top_p, gpu_memory_utilization=args.vllm_gpu_memory,
-                                     max_model_len=args.max_context, seed=args.seed + rank)
     else:
-        raise SystemExit(f"--backend must be hf or vllm, got {args.backend!r}")
+        backend = policy.VLLMBackend(args.model, max_new_tokens=ep.max_new_tokens, temperature=ep.temperature,
+                                     top_p=ep.top_p, gpu_memory_utilization=args.vllm_gpu_memory,
+                                     max_model_len=ep.max_context, seed=args.seed + rank)
 
-    loop = asyncio.new_event_loop()
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
     if args.resume and (ckpt := trainlib.latest_checkpoint(out)):
         state = trainlib.load_checkpoint(engine, ckpt, rank)
         step, cursor = state["step"], state["cursor"]
         log.info("resumed from %s at step %d", ckpt, step)
-        if args.backend == "vllm":
-            loop.run_until_complete(policy.push_weights_to_vllm(backend, engine.module))
 
-    metrics = trainlib.Metrics(out, enabled=rank == 0)
+    # Ctrl-C: finish the step, then every rank stops at the same step (the flag is agreed) and saves once
     stop = {"flag": False}
-    signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))   # Ctrl-C: finish the step, save, exit
-    from tqdm import tqdm
-    bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
-    pool = loop.run_until_complete(webenv.BrowserPool().__aenter__())
-    envs = [loop.run_until_complete(pool.new_env(max_obs_chars=args.max_obs_chars))
-            for _ in range(groups_per_rank * args.group_size)]
-    try:
-        while step < args.steps and not stop["flag"]:
-            # ---- rollouts ----
-            t0 = time.time()
-            engine.module.eval()
-            my_tasks = step_tasks(tasks, cursor + rank * groups_per_rank, groups_per_rank, args.seed)
-            jobs = [rollout(envs[g * args.group_size + i], backend, tokenizer, task, g, args)
-                    for g, task in enumerate(my_tasks) for i in range(args.group_size)]
-            trajs: list[Trajectory] = loop.run_until_complete(_gather(jobs))
-            cursor += args.tasks_per_step
-            t_rollout = time.time() - t0
-
-            # ---- advantages ----
-            rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
-            adv = group_advantages(rewards, args.group_size)                                  # [groups * G]
-            zero_std = rewards.view(-1, args.group_size).std(dim=1, unbiased=False) == 0      # [groups]
-            kept = [g for g in range(groups_per_rank) if args.zero_std == "keep" or not zero_std[g]]
-            n_kept = _all_reduce_sum(len(kept))   # groups in the loss, all ranks together
-            samples, sample_adv, sample_w = [], [], []
-            if n_kept:
-                keep_trajs = [i for i, t in enumerate(trajs) if t.group in kept and t.samples]
-                weights = eq2_weights([trajs[i].group for i in keep_trajs], [len(trajs[i].samples) for i in keep_trajs],
-                                      [[sum(s.mask) for s in trajs[i].samples] for i in keep_trajs], args.group_size)
-                for i, w_i in zip(keep_trajs, weights):
-                    for s, w in zip(trajs[i].samples, w_i):
-                        samples.append(s)
-                        sample_adv.append(float(adv[i]))
-                        # DeepSpeed averages gradients over ranks: scale so the sum over ranks is Eq. 2's
-                        # mean over all n_kept groups of the step.
-                        sample_w.append(w * len(kept) / n_kept * world)
-
-            # ---- update (Eq. 2) ----
-            t1 = time.time()
-            engine.module.train()
-            train_stats = update(engine, ref_model, samples, sample_adv, sample_w, tokenizer.pad_token_id, args) if n_kept else {}
-            t_train = time.time() - t1
-            step += 1
-            if args.backend == "vllm" and n_kept:
-                # ---- sync weights ----
-                loop.run_until_complete(policy.push_weights_to_vllm(backend, engine.module))
-                train_stats["sync/max_logprob_diff"] = loop.run_until_complete(
-                    probe_sync(backend, engine.module, trajs, args))
-
-            # ---- log ----
-            stats = rollout_stats(trajs, zero_std, t_rollout, t_train)
-            stats.update(train_stats)
-            stats = _all_reduce_mean(stats)
-            metrics.log(step, stats)
-            if rank == 0:
-                best = max(trajs, key=lambda t: (t.reward, -len(t.steps)))
-                with (out / "trajectories.jsonl").open("a") as f:
-                    f.write(json.dumps({"step": step, "task": best.task_id, "seed": best.seed, "intent": best.intent,
-                                        "reward": best.reward, "done_reason": best.done_reason, "steps": best.steps}) + "\n")
-                bar.set_postfix(success=f"{stats['rollout/success_rate']:.2f}", turns=f"{stats['rollout/num_turns']:.1f}")
-            bar.update(1)
-            if args.save_every and step % args.save_every == 0 and step < args.steps:
-                trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
-    finally:
-        if hasattr(backend, "aclose"):
-            loop.run_until_complete(backend.aclose())
-        loop.run_until_complete(pool.__aexit__(None, None, None))
-        loop.close()
-        bar.close()
+    signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
+    metrics = trainlib.Metrics(out, enabled=rank == 0)
+    step, cursor, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics,
+                                              step=step, cursor=cursor, stop=stop))
 
     # ---- save ----
     ckpt = trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
@@ -424,17 +311,80 @@ def main(args: Args) -> Path:
                               ("rollout/response_tokens", "response tokens / trajectory"),
                               ("rollout/num_turns", "interactions / trajectory")],
                               out / "dynamics.png", title=f"M-GRPO training dynamics ({args.model})")
-        log.info("saved %s%s", final, " (interrupted)" if stop["flag"] else "")
+        log.info("saved %s%s", final, " (interrupted)" if stopped else "")
     torch.distributed.barrier()
     return final
 
 
-def update(engine, ref_model, samples: list[Sample], adv: list[float], weight: list[float], pad_id: int,
-           args: Args) -> dict[str, float]:
+async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[webenv.Task], metrics, *,
+                step: int, cursor: int, stop: dict) -> tuple[int, int, bool]:
+    """RL steps from ``step`` to ``args.steps`` (or until a rank was interrupted): rollouts, advantages,
+    update, weight sync, logs, periodic checkpoints. Returns (steps done, groups consumed, interrupted)."""
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    groups_per_rank = args.tasks_per_step // world
+    out = Path(args.out)
+    if args.backend == "vllm" and step:   # resumed: the engine starts from the checkpoint's weights
+        await policy.push_weights_to_vllm(backend, engine.module)
+    from tqdm import tqdm
+    bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
+    stopped = False
+    async with webenv.BrowserPool() as pool, \
+            Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
+                   env_kwargs={"max_obs_chars": args.episode.max_obs_chars}) as runner:
+        try:
+            while step < args.steps and not stopped:
+                # ---- rollouts: B x G trajectories, each in its own browser context ----
+                t0 = time.time()
+                engine.module.eval()
+                my_tasks = step_tasks(tasks, cursor + rank * groups_per_rank, groups_per_rank, args.seed)
+                jobs = [Job(task, group=g) for g, task in enumerate(my_tasks) for _ in range(args.group_size)]
+                trajs = await rollouts(runner, backend, tokenizer, jobs, args.episode)
+                cursor += args.tasks_per_step
+                t_rollout = time.time() - t0
+
+                # ---- advantages and weights, then the update (Eq. 2) ----
+                batch = mgrpo_batch(trajs, args.zero_std, reduce_sum=_all_reduce_sum, world=world)
+                learn = _all_reduce_sum(batch.groups) > 0
+                t1 = time.time()
+                engine.module.train()
+                train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args) if learn else {}
+                t_train = time.time() - t1
+                step += 1
+                if args.backend == "vllm" and learn:
+                    # ---- sync weights ----
+                    await policy.push_weights_to_vllm(backend, engine.module)
+                    train_stats["sync/max_logprob_diff"] = await probe_sync(backend, engine.module, trajs, args)
+
+                # ---- log ----
+                stats = rollout_stats(trajs, batch, t_rollout, t_train)
+                stats.update(train_stats)
+                stats = _all_reduce_mean(stats)
+                metrics.log(step, stats)
+                if rank == 0:
+                    best = max(trajs, key=lambda t: (t.reward, -len(t.steps)))
+                    with (out / "trajectories.jsonl").open("a") as f:
+                        f.write(json.dumps({"step": step, "task": best.task_id, "seed": best.seed, "intent": best.intent,
+                                            "reward": best.reward, "done_reason": best.done_reason,
+                                            "steps": best.steps}) + "\n")
+                    bar.set_postfix(success=f"{stats['rollout/success_rate']:.2f}",
+                                    turns=f"{stats['rollout/num_turns']:.1f}")
+                bar.update(1)
+                stopped = _all_reduce_max(int(stop["flag"])) > 0   # one rank's Ctrl-C stops them all here
+                if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
+                    trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+        finally:
+            bar.close()
+            if hasattr(backend, "aclose"):
+                await backend.aclose()
+    return step, cursor, stopped
+
+
+def update(engine, ref_model, batch: Batch, pad_id: int, args: Args) -> dict[str, float]:
     """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2). Every rank runs the same number
     of micro-batches (ZeRO-3 gathers parameters collectively): a rank with fewer pads with zero-weight ones."""
+    samples, adv, weight = batch.samples, batch.adv, batch.weight
     n_micro = _all_reduce_max(math.ceil(len(samples) / args.micro_batch))
-    dummy = Sample([pad_id, pad_id], [0, 0], None)
+    dummy = Sample([pad_id, pad_id], [0, 0])
     chunks = [samples[i * args.micro_batch:(i + 1) * args.micro_batch] or [dummy] for i in range(n_micro)]
     adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0])
     index = [list(range(i * args.micro_batch, min((i + 1) * args.micro_batch, len(samples)))) or [len(samples)]
@@ -494,7 +444,8 @@ async def probe_sync(backend, model, trajs: list[Trajectory], args: Args) -> flo
     return diff
 
 
-def rollout_stats(trajs: list[Trajectory], zero_std: torch.Tensor, t_rollout: float, t_train: float) -> dict[str, float]:
+def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_train: float) -> dict[str, float]:
+    """One step's rollout metrics (this rank); environment failures are counted, not hidden in the success rate."""
     n = max(len(trajs), 1)
     steps = sum(len(t.steps) for t in trajs)
     return {
@@ -503,16 +454,13 @@ def rollout_stats(trajs: list[Trajectory], zero_std: torch.Tensor, t_rollout: fl
         "rollout/response_tokens": sum(sum(s.mask) for t in trajs for s in t.samples) / n,
         "rollout/num_turns": steps / n,
         "rollout/parse_fail_rate": sum(t.parse_errors for t in trajs) / max(steps, 1),
-        "rollout/env_errors": float(sum(t.env_errors for t in trajs)),
+        "rollout/env_errors": float(sum(t.env_error for t in trajs)),
+        "rollout/groups_dropped": float(batch.dropped),
         "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
-        "rollout/frac_zero_std": float(zero_std.float().mean()) if len(zero_std) else 0.0,
+        "rollout/frac_zero_std": sum(batch.zero_std) / len(batch.zero_std) if batch.zero_std else 0.0,
         "rollout/seconds": t_rollout,
         "train/seconds": t_train,
     }
-
-
-async def _gather(coros: list) -> list:
-    return await asyncio.gather(*coros)
 
 
 def _all_reduce(value: torch.Tensor, op) -> torch.Tensor:

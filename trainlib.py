@@ -41,23 +41,56 @@ log = logging.getLogger("webagent")
 
 def parse_args(cls, argv: list[str] | None = None):
     """Parse the command line into an ``Args`` dataclass (CleanRL style): one ``--flag`` per field,
-    its help taken from the docstring written under the field, booleans as ``--x/--no-x``."""
-    docs, hints = _field_docs(cls), typing.get_type_hints(cls)
+    its help taken from the docstring written under the field, booleans as ``--x/--no-x``, ``Literal[...]``
+    fields as choices. A field whose type is itself a dataclass (a config shared by several scripts, e.g.
+    ``rollout.EpisodeConfig``) contributes its fields as flags of their own (``--temperature``), with the
+    defaults of the instance the script's ``Args`` builds."""
     parser = argparse.ArgumentParser(description=(cls.__doc__ or "").strip(),
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        flag = "--" + f.name.replace("_", "-")
-        kind = hints[f.name]
-        if kind is bool:
-            parser.add_argument(flag, default=default, action=argparse.BooleanOptionalAction, help=docs.get(f.name))
-        else:
-            parser.add_argument(flag, default=default, type=_caster(kind), help=docs.get(f.name))
+    _add_flags(parser, cls, _defaults(cls))
     args, unknown = parser.parse_known_args(argv)
     unknown = [u for u in unknown if not u.startswith("--local_rank") and not u.startswith("--local-rank")]
     if unknown:   # the deepspeed launcher appends --local_rank; anything else is a typo
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    return _build(cls, vars(args))
+
+
+def _defaults(cls) -> dict[str, Any]:
+    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(cls)}
+
+
+def _add_flags(parser: argparse.ArgumentParser, cls, defaults: dict[str, Any]) -> None:
+    docs, hints = _field_docs(cls), typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind, default = hints[f.name], defaults[f.name]
+        if dataclasses.is_dataclass(kind):   # a shared config: its fields are flags too
+            _add_flags(parser, kind, {g.name: getattr(default, g.name) for g in dataclasses.fields(kind)})
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, default=default, action=argparse.BooleanOptionalAction,
+                                help=docs.get(f.name))
+        elif typing.get_origin(kind) is typing.Literal:
+            parser.add_argument(flag, dest=f.name, default=default, choices=typing.get_args(kind),
+                                help=docs.get(f.name))
+        else:
+            parser.add_argument(flag, dest=f.name, default=default, type=_caster(kind), help=docs.get(f.name))
+
+
+def _build(cls, values: dict[str, Any]):
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _build(hints[f.name], values) if dataclasses.is_dataclass(hints[f.name])
+                  else values[f.name] for f in dataclasses.fields(cls)})
+
+
+def args_dict(args) -> dict[str, Any]:
+    """An ``Args`` instance as one flat dict (the flags and their values), for logs and results files."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(args):
+        value = getattr(args, f.name)
+        out.update(args_dict(value) if dataclasses.is_dataclass(value) else {f.name: value})
+    return out
 
 
 def _caster(kind):
@@ -359,8 +392,11 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str | Path, title: str = "") -> None:
-    """One subplot per (metric key, y label), against step. Keys missing from the log are skipped."""
+def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str | Path, title: str = "",
+                 smooth: int = 10) -> None:
+    """One subplot per (metric key, y label), against step. Keys missing from the log are skipped. With more
+    than ``smooth`` points, the raw values are drawn faint and a trailing moving average of ``smooth``
+    steps over them, so that a trend stands out from step-to-step noise (RL steps rotate through tasks)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -370,8 +406,15 @@ def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str 
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
     for ax, (key, label) in zip(axes[0], panels):
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) < 30 else None)
+        steps, values = zip(*[(r["step"], r[key]) for r in rows if key in r])
+        if len(values) > smooth > 1:
+            ax.plot(steps, values, alpha=0.3, linewidth=0.8, label="per step")
+            avg = [sum(values[max(0, i - smooth + 1):i + 1]) / (i + 1 - max(0, i - smooth + 1))
+                   for i in range(len(values))]
+            ax.plot(steps, avg, linewidth=2, label=f"mean of last {smooth}")
+            ax.legend(fontsize=7)
+        else:
+            ax.plot(steps, values, marker="o")
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

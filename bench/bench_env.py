@@ -124,7 +124,8 @@ async def main(args: Args) -> None:
             for _ in range(args.obs_reps):
                 dt, n = await observe_timed(e)
                 obs_times.append(dt)
-            js_times.append(await e.page.evaluate(env.EXTRACT_JS, {"exclude": list(env.MINIWOB_EXCLUDE_IDS)}))
+            js_times.append(await e.page.evaluate(env.EXTRACT_JS, {"keep": list(env.KEPT_ATTRS),
+                                                                   "exclude": list(env.MINIWOB_EXCLUDE_IDS)}))
             raw_chars.append(len(await e.page.content()))
             obs_chars.append(n)
         print(f"MiniWoB ({len(names)} pages x {args.obs_reps}): observation median {median_ms(obs_times):.1f} ms "

@@ -1,6 +1,6 @@
 """Asynchronous rollouts versus lock-step rollouts, and the rollout / train split of one M-GRPO step.
 
-Both modes run the same B x G trajectories with the same code (``train_mgrpo.rollout``, one browser context
+Both modes run the same B x G trajectories with the same code (``rollout.rollout``, one browser context
 each, the HF backend's dynamic batching). In lock-step mode every trajectory waits at a barrier before each
 generation and each env step, as a synchronous "generate for all, then step all" loop does; asynchronous
 mode lets each trajectory go on as soon as its own generation or page is ready. Printed side by side from
@@ -26,7 +26,9 @@ import torch  # noqa: E402
 import env as webenv  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
-import train_mgrpo  # noqa: E402
+import train_mgrpo  # noqa: E402  (the update this bench times)
+from compress import PromptKind  # noqa: E402
+from rollout import EpisodeConfig, Trajectory, rollout  # noqa: E402
 
 
 @dataclass
@@ -44,7 +46,7 @@ class Args:
     """tokens per response"""
     temperature: float = 1.0
     """sampling temperature (as in the RL rollouts)"""
-    prompt: str = "short"
+    prompt: PromptKind = "short"
     """system prompt kind"""
     seed: int = 0
     """sampling and episode seed"""
@@ -97,13 +99,12 @@ class _SyncedEnv:
 
 async def run_mode(envs, backend, tokenizer, tasks, args, lock_step: bool):
     barrier = LockStep(len(envs))
-    rargs = train_mgrpo.Args(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                             prompt=args.prompt, max_turns=args.max_turns)
+    cfg = EpisodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, prompt=args.prompt)
 
     async def one(i: int, task):
         e, b = (_SyncedEnv(envs[i], barrier), _SyncedBackend(backend, barrier)) if lock_step else (envs[i], backend)
         try:
-            return await train_mgrpo.rollout(e, b, tokenizer, task, i // args.group_size, rargs)
+            return await rollout(e, b, tokenizer, task, cfg, group=i // args.group_size)
         finally:
             barrier.leave()
 
@@ -146,17 +147,16 @@ async def main(args: Args) -> None:
     trainlib.init_distributed()
     cfg = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
     engine = trainlib.make_engine(model, cfg, lr=1e-6, weight_decay=0.0, schedule=trainlib.constant)
-    trajs = a[0]
+    trajs: list[Trajectory] = a[0]
     samples = [s for t in trajs for s in t.samples]
-    adv = [1.0 if t.reward > 0 else -1.0 for t in trajs for _ in t.samples]
-    w = [1.0 / len(samples)] * len(samples)
+    batch = train_mgrpo.Batch(samples, adv=[1.0 if t.reward > 0 else -1.0 for t in trajs for _ in t.samples],
+                              weight=[1.0 / len(samples)] * len(samples), groups=len(tasks), zero_std=[], dropped=0)
     ref, _ = policy.load(args.model)
     t_train = {}
     for n_threads in (all_cores, 1, all_cores):   # warm-up, then train_mgrpo's --update-threads 1 vs 0
         torch.set_num_threads(n_threads)
         t0 = time.perf_counter()
-        train_mgrpo.update(engine, ref, samples, adv, w, tok.pad_token_id,
-                           train_mgrpo.Args(micro_batch=4, updates_per_batch=1))
+        train_mgrpo.update(engine, ref, batch, tok.pad_token_id, train_mgrpo.Args(micro_batch=4, updates_per_batch=1))
         t_train[n_threads] = time.perf_counter() - t0
         print(f"update with {n_threads} torch thread(s): {t_train[n_threads]:.2f} s ({len(samples)} action samples)")
     print(f"update, {all_cores} threads / 1 thread: x{t_train[1] / t_train[all_cores]:.2f} faster")

@@ -96,6 +96,11 @@ def test_response_format_round_trips():
     assert compress.split_response('# Element: a\n# Note: b\ndo(action="Wait")') == ("# Element: a\n# Note: b",
                                                                                      'do(action="Wait")')
     assert compress.split_response("go_forward()") == ("", "go_forward()")
+    assert compress.split_response("<THINK> x </Think> <ANSWER> exit() </answer>") == ("x", "exit()")
+    assert compress.split_response("opened by the template </think> exit()") == ("opened by the template", "exit()")
+    assert compress.split_response("<think> x <answer> exit() </answer>") == ("x", "exit()")   # unclosed think
+    two = compress.parse_response("<answer> go_backward() </answer> <answer> exit() </answer>")
+    assert two.n_answers == 2                                                    # env.parse_action refuses it
     assert compress.format_response("", "exit()", prompt="plain") == "exit()"
     for kind in ("thinking", "plain"):  # the prompts show exactly the format that format_response writes
         full = compress.system_prompt(kind)

@@ -4,9 +4,14 @@ go_forward, scrolling, and faults (killed browser, closed context, crashed page)
 reason while the next reset works."""
 import asyncio
 import dataclasses
+import functools
+import http.server
 import os
 import re
 import signal
+import threading
+
+import pytest
 
 import env
 from env import load_tasks
@@ -94,9 +99,10 @@ def test_requests_outside_allowed_hosts_are_blocked_and_counted(run, pool):
     assert fetched == "blocked"
     assert r.info["blocked_requests"] >= 2 and "example.com" not in r.obs.url
     assert all("example.com" in u for u in urls)
-    assert env.allowed_hosts_of(task("click-button")) == ("miniwob.local",)
+    wob = task("click-button")
+    assert env.family_of(wob).hosts(wob) == ("miniwob.local",)
     wa = env.Task("t", "shopping", "x", "http://127.0.0.1:7770/a |AND| http://localhost:9999/b")
-    assert env.allowed_hosts_of(wa) == ("127.0.0.1:7770", "localhost:9999")
+    assert env.family_of(wa).hosts(wa) == ("127.0.0.1:7770", "localhost:9999")
 
 
 def test_new_tab_becomes_active_switch_tab_and_history(run, pool):
@@ -194,12 +200,27 @@ def test_closed_context_and_crashed_page_end_episode(run, pool):
     assert ok.intent and "<button" in ok.text
 
 
-def test_multi_tab_start_url_and_storage_state(run, pool, tmp_path):
+@pytest.fixture(scope="module")
+def pages_url():
+    """The miniwob package's pages over plain HTTP on 127.0.0.1: static pages for a WebArena-family task
+    (only the miniwob family serves http://miniwob.local/)."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+    handler = functools.partial(Quiet, directory=str(env._miniwob_html_dir()))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_multi_tab_start_url_and_storage_state(run, pool, tmp_path, pages_url):
     state = tmp_path / "state.json"
-    state.write_text('{"cookies": [{"name": "session", "value": "abc", "domain": "miniwob.local", "path": "/", '
+    state.write_text('{"cookies": [{"name": "session", "value": "abc", "domain": "127.0.0.1", "path": "/", '
                      '"expires": -1, "httpOnly": false, "secure": false, "sameSite": "Lax"}], "origins": []}')
     t = env.Task("test/two-tabs", "test", "look at both tabs",
-                 "http://miniwob.local/miniwob/click-button.html |AND| http://miniwob.local/miniwob/enter-text.html",
+                 f"{pages_url}/miniwob/click-button.html |AND| {pages_url}/miniwob/enter-text.html",
                  storage_state=str(state))
 
     async def go():
@@ -238,7 +259,7 @@ def test_iframe_elements_are_labelled_and_actionable(run, pool):
 
 def test_miniwob_in_place_restart(run, pool):
     async def go():
-        e = await pool.new_env(miniwob_in_place=True)
+        e = await pool.new_env(families=[env.MiniWoBFamily(in_place=True)])
         try:
             a = await e.reset(task("click-checkboxes", 3))
             await e.page.evaluate("window.__marker = 1")

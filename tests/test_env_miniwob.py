@@ -391,6 +391,17 @@ def test_truncation_never_cuts_intent(run, pool):
     assert obs.intent.startswith("Find the email by") and len(obs.intent) > 20
 
 
+def test_miniwob_family_options_and_column():
+    fam = env.family_of(task("click-button"))
+    assert isinstance(fam, env.MiniWoBFamily) and fam.column(task("click-button")) == "click-button"
+    partial = {"done": True, "raw": 0.6, "reason": None}                 # click-checkboxes' partial credit
+    assert fam.read_status(partial).reward == 1.0 and fam.read_status(partial).raw_reward == 0.6
+    assert env.MiniWoBFamily(success="perfect").read_status(partial).reward == 0.0
+    assert fam.read_status(None) is None                                 # a page without the MiniWoB globals
+    with pytest.raises(ValueError, match="'positive' or 'perfect'"):
+        env.MiniWoBFamily(success="most")
+
+
 def test_load_tasks_specs():
     tasks = load_tasks("miniwob:click-button, login-user")
     assert [t.task_id for t in tasks] == ["miniwob/click-button", "miniwob/login-user"]

@@ -5,7 +5,8 @@ import random
 import pytest
 import torch
 
-from train_mgrpo import eq2_weights, group_advantages, mgrpo_loss
+from rollout import Sample, Trajectory
+from train_mgrpo import eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss
 
 
 def make_batch(rng: random.Random, n_groups=3, G=4, max_steps=5, max_tokens=7):
@@ -60,7 +61,7 @@ def flatten(groups):
             group_of.append(gi)
             steps.append(len(t["actions"]))
             toks.append([len(a) for a in t["actions"]])
-    weights = eq2_weights(group_of, steps, toks, G)
+    weights = eq2_weights(group_of, steps, toks)
     w_flat = []
     i = 0
     for trajs in groups:
@@ -128,3 +129,68 @@ def test_beta_zero_needs_no_reference():
     logp, old, _, mask, adv, w = flatten(make_batch(random.Random(1)))
     loss, stats = mgrpo_loss(logp, old, None, mask, adv, w, beta=0.0)
     assert torch.isfinite(loss) and stats["kl"] == 0.0
+
+
+# ---- trajectories -> batch (mgrpo_batch): environment failures, zero-std groups, several ranks ----
+
+def as_trajectories(groups, env_errors: set[tuple[int, int]]):
+    """The nested batch as rollout.Trajectory records; (group, i) in env_errors marks an episode the
+    environment ended. Returns the trajectories and each sample's (logp, old, ref) token values."""
+    trajs, values = [], {}
+    for g, members in enumerate(groups):
+        for i, t in enumerate(members):
+            tr = Trajectory(group=g, task_id="t", seed=g, reward=t["reward"], env_error=(g, i) in env_errors)
+            for action in t["actions"]:
+                s = Sample(ids=list(range(3 + len(action))), mask=[0, 0, 0] + [1] * len(action))
+                values[id(s)] = action
+                tr.samples.append(s)
+            trajs.append(tr)
+    return trajs, values
+
+
+def batch_loss(batch, values) -> torch.Tensor:
+    T = max(sum(s.mask) for s in batch.samples)
+    logp, old, ref, mask = (torch.zeros(len(batch.samples), T, dtype=torch.float64) for _ in range(4))
+    for n, s in enumerate(batch.samples):
+        for k, (lp, o, rf) in enumerate(values[id(s)]):
+            logp[n, k], old[n, k], ref[n, k], mask[n, k] = lp, o, rf, 1.0
+    adv, w = torch.tensor(batch.adv, dtype=torch.float64), torch.tensor(batch.weight, dtype=torch.float64)
+    return mgrpo_loss(logp, old, ref, mask, adv, w, clip_eps=0.2, beta=0.001)[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batch_leaves_out_environment_failures_and_adds_up_over_ranks(seed):
+    rng = random.Random(seed)
+    groups = make_batch(rng, n_groups=6, G=4)
+    groups[0][0]["reward"], groups[0][1]["reward"] = 0.0, 1.0            # group 0 mixes rewards ...
+    groups[1] = [dict(t, reward=1.0) for t in groups[1]]                  # group 1: all equal (zero std)
+    env_errors = {(0, 2), (2, 0), (2, 1), (2, 2), (4, 3)}                 # ... group 2 keeps 1 valid episode
+    trajs, values = as_trajectories(groups, env_errors)
+
+    # the reference: Eq. 2 over the valid trajectories of the groups with >= 2 of them and some signal
+    valid = [[t for i, t in enumerate(members) if (g, i) not in env_errors] for g, members in enumerate(groups)]
+    learn = [v for v in valid if len(v) >= 2 and len({t["reward"] for t in v}) > 1]
+    expected = slow_reference(learn, 0.2, 0.001)
+
+    one = mgrpo_batch(trajs)                                              # one rank
+    assert one.dropped == 1 and one.groups == len(learn)
+    assert abs(batch_loss(one, values).item() - expected) < 1e-6
+    assert sum(one.zero_std) >= 1 and len(one.zero_std) == 5
+    assert not {id(s) for t in trajs if t.env_error for s in t.samples} & {id(s) for s in one.samples}
+
+    # two ranks, three groups each: DeepSpeed averages their gradients, so the mean of their losses is Eq. 2
+    ranks = [[t for t in trajs if t.group < 3], [t for t in trajs if t.group >= 3]]
+    total = sum(mgrpo_batch(r).groups for r in ranks)
+    losses = [batch_loss(mgrpo_batch(r, reduce_sum=lambda n: total, world=2), values) for r in ranks]
+    assert abs((losses[0] + losses[1]).item() / 2 - expected) < 1e-6
+
+
+def test_batch_keep_zero_std_keeps_their_kl_only():
+    groups = make_batch(random.Random(5), n_groups=2, G=3)
+    groups[0] = [dict(t, reward=0.0) for t in groups[0]]
+    groups[1][0]["reward"], groups[1][1]["reward"] = 0.0, 1.0
+    trajs, _ = as_trajectories(groups, set())
+    skip, keep = mgrpo_batch(trajs, "skip"), mgrpo_batch(trajs, "keep")
+    assert keep.groups == skip.groups + 1
+    n0 = sum(len(t["actions"]) for t in groups[0])
+    assert keep.adv[:n0] == [0.0] * n0      # zero advantage: only the KL term acts on that group

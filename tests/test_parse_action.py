@@ -77,12 +77,19 @@ VALID = [
     ('do(action="Type", argument="""multi "quoted" text""", element="1")',
      Action("Type", element=1, argument='multi "quoted" text')),
     ('do(action="Type", argument="caf\\u00e9", element="1")', Action("Type", element=1, argument="café")),
+    # the response split is compress.parse_response's: tags in any case, a thought the template opened,
+    # an answer to the last </answer>
+    ('<THINK> x </THINK> <Answer> do(action="Wait") </Answer>', Action("Wait")),
+    ('the Ok button</think> do(action="Click", element="1")', Action("Click", element=1)),
+    ('<think> x </think> <answer> do(action="Type", argument="a </answer> b", element="3") </answer>',
+     Action("Type", element=3, argument="a </answer> b")),
 ]
 
 INVALID = [
     ("", "empty"),
     ("   \n  ", "empty"),
     ("<think>only thinking</think>", "no action"),
+    ('<think>cut off while thinking: do(action="Click", element="1")', "no action"),
     ("click(3)", "unknown function"),
     ('do(action="Jump", element="1")', "unknown action"),
     ("do(element=\"1\")", "needs action"),

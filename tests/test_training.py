@@ -167,3 +167,50 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     steps = [r["step"] for r in metrics(out)]
     assert steps == [1, 2, 3, 3]
     assert json.loads((out / "step_3" / "trainer_state.json").read_text()) == {"step": 3, "cursor": 6}
+
+
+def _rank_pid(script: str, local_rank: int) -> int | None:
+    """The process id of one rank of a `deepspeed`-launched script (found by its command line)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(c.endswith(script) for c in cmd) and f"--local_rank={local_rank}" in cmd:
+            return int(proc.name)
+    return None
+
+
+def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    """Two ranks through the `deepspeed` launcher; SIGINT reaches rank 1 only (as when one node's job is
+    interrupted). Both ranks agree on the flag after the step, stop at the same step and save once; without
+    the agreement rank 0 would wait forever in the next step's collective."""
+    import signal
+    import time
+    out = tmp_path / "rl2"
+    environ = dict(os.environ, PYTHONUNBUFFERED="1")
+    environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
+    cmd = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port()),
+           "train_mgrpo.py", "--model", "tiny", "--tasks", "miniwob:click-button", "--out", str(out),
+           "--steps", "200", "--tasks-per-step", "2", "--group-size", "2", "--max-turns", "1",
+           "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while not ((out / "metrics.jsonl").exists() and metrics(out)) and time.time() < deadline:
+            assert proc.poll() is None, proc.stdout.read()[-4000:]
+            time.sleep(0.5)
+        pid = _rank_pid("train_mgrpo.py", 1)
+        assert pid is not None, "rank 1 not found"
+        os.kill(pid, signal.SIGINT)
+        log = proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log[-4000:]
+    steps = [r["step"] for r in metrics(out)]
+    assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200
+    assert sorted(p.name for p in out.glob("step_*")) == [f"step_{steps[-1]}"]   # saved once, at the last step
+    assert (out / "latest").read_text() == f"step_{steps[-1]}" and "(interrupted)" in log

@@ -11,6 +11,7 @@ Run: .venv/bin/python -m pytest -q tests/test_webarena.py
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -144,6 +145,12 @@ def test_load_substitutes_placeholders_and_derives_hosts(site, tmp_path, monkeyp
     path = tmp_path / "one.json"
     path.write_text(json.dumps(config(task_id=42)))
     assert [t.task_id for t in env.load_tasks(str(path))] == ["42"]
+    assert [t.task_id for t in env.load_tasks(f"webarena:{path}")] == ["42"]          # the family's prefix
+    # the webarena family: the results column is the paper's Table 2 site name
+    fam = env.family_of(t3)
+    assert t3.family == "webarena" and isinstance(fam, env.WebArenaFamily)
+    assert [fam.column(t) for t in (t3, tb)] == ["Multi-site", "Shopping"]
+    assert fam.column(dataclasses.replace(tb, site="shopping_admin")) == "CMS"
 
 
 def test_storage_state_path_and_require_login(site, tmp_path, monkeypatch):

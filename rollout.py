@@ -1,0 +1,236 @@
+"""The one episode loop of WebAgent-R1: render -> generate -> step, for RL, evaluation and benchmarks alike,
+and the runner that drives many episodes over a pool of browser contexts.
+
+- ``rollout(env, backend, tokenizer, task, cfg)``: one episode. Each step renders the history with dynamic
+  context compression (compress.py), generates one response (policy.py) and executes it (env.py). Every
+  step is kept as a token-exact ``Sample`` (the prompt ids the policy saw + the ids it generated, never
+  re-tokenized), so M-GRPO scores each action under the context it was generated in.
+- ``Runner``: N episodes over at most ``size`` browser contexts of one ``env.BrowserPool``, with one policy
+  for what goes wrong. Each of these ends that episode with a recorded reason while the run goes on:
+  * a failed reset (the start page does not load, the browser died twice): ``done_reason "reset_failed: ..."``;
+  * a crash during the episode (page, context or browser gone): env.py's ``done_reason "crash"``;
+  * an episode longer than ``timeout_s``: ``"timeout"``, and its browser context is replaced;
+  * a prompt that no longer fits ``max_context`` (possible with ``compress=False``): ``"context_overflow: ..."``.
+  The first three are the environment's fault, not the policy's: ``Trajectory.env_error`` says so, and
+  M-GRPO leaves such trajectories out of their group's statistics. A context overflow is the policy's
+  own outcome (it spent its context), scored 0 like running out of steps.
+- ``EpisodeConfig``: the prompt and sampling settings of an episode, one small dataclass that each
+  script's ``Args`` embeds (its fields are ordinary flags: ``--temperature``, ``--prompt``, ...).
+
+Experts (experts.py) run their scripted episodes through the same ``Runner``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
+
+from playwright.async_api import Error as PlaywrightError
+
+import compress
+import env as webenv
+
+log = logging.getLogger("webagent.rollout")
+
+@dataclass
+class EpisodeConfig:
+    """Prompt and sampling settings of an episode (the paper's values as defaults)."""
+    prompt: compress.PromptKind = "thinking"
+    """system prompt: thinking | plain | short | short_plain (compress.system_prompt)"""
+    compress: bool = True
+    """dynamic context compression (Sec. 2.3); --no-compress keeps every observation"""
+    temperature: float = 1.0
+    """sampling temperature (paper: 1.0 in rollouts); 0 = greedy"""
+    top_p: float = 1.0
+    """nucleus sampling (paper: 1.0)"""
+    max_new_tokens: int = 1024
+    """tokens per response (paper: 1,024)"""
+    max_context: int = 16384
+    """prompt + response tokens (paper: 16,384); the current observation is truncated to fit"""
+    max_obs_chars: int = webenv.MAX_OBS_CHARS
+    """observation length cap in characters (env side), the same for demonstrations, RL and evaluation"""
+    episode_timeout: float = 900.0
+    """seconds one episode may take; a slower one ends with done_reason timeout and a fresh context"""
+
+
+# ---- records ----
+
+@dataclass
+class Sample:
+    """One action a_ij with the exact context it was generated in: ``ids = prompt + action``,
+    ``mask`` 1 on the action ids (end-of-turn id included)."""
+    ids: list[int]
+    mask: list[int]
+
+
+@dataclass
+class Trajectory:
+    """One episode tau_i: its group, binary reward, per-step samples and a readable log of the steps.
+    ``env_error`` marks an episode the environment ended (failed reset, crash, timeout): not the policy's
+    outcome, so RL leaves it out of the group statistics."""
+    group: int
+    task_id: str
+    seed: int
+    intent: str = ""
+    reward: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    done_reason: str | None = None
+    env_error: bool = False
+    parse_errors: int = 0
+    truncated_tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One episode to run: the task (its seed and max_steps set), the RL group (or eval episode index) it
+    belongs to, and where to save a screenshot per step (None: no screenshots)."""
+    task: webenv.Task
+    group: int = 0
+    screenshot_dir: Path | None = None
+
+
+# ---- one episode ----
+
+async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg: EpisodeConfig, *,
+                  group: int = 0, screenshot_dir: Path | None = None) -> Trajectory:
+    """Run one episode: render -> generate -> step until done; every step becomes a token-exact Sample.
+
+    With ``screenshot_dir``, the page is saved as ``step_<j>.png`` before each action and ``final.png`` at
+    the end, and each step records its screenshot's file name."""
+    traj = Trajectory(group=group, task_id=task.task_id, seed=task.seed)
+    start = time.perf_counter()
+    try:
+        obs = await env.reset(task)
+    except webenv.EpisodeCrash as e:   # the start page did not load: this episode only
+        traj.done_reason, traj.env_error = f"reset_failed: {e}", True
+        traj.seconds = time.perf_counter() - start
+        return traj
+    traj.intent = obs.intent
+    turns: list[compress.Turn] = []
+    while True:
+        try:
+            prompt_ids, n_cut, shown = compress.fit_prompt(
+                tokenizer, obs.intent, turns, obs.text, obs.error, max_context=cfg.max_context,
+                max_new_tokens=cfg.max_new_tokens, prompt=cfg.prompt, compress=cfg.compress, return_obs=True)
+        except compress.ContextOverflowError as e:   # the history alone fills the context (--no-compress)
+            traj.done_reason = f"context_overflow: {e}"
+            traj.seconds = time.perf_counter() - start
+            return traj
+        traj.truncated_tokens += n_cut
+        shot = await _screenshot(env, screenshot_dir, f"step_{len(traj.steps)}.png")
+        # the same prompt as chat messages, for HTTP backends (OpenAIBackend); the others use the ids
+        messages = compress.build_messages(obs.intent, turns, shown, obs.error, prompt=cfg.prompt,
+                                           compress=cfg.compress)
+        gen = await backend.generate(prompt_ids, messages=messages, max_new_tokens=cfg.max_new_tokens,
+                                     temperature=cfg.temperature, top_p=cfg.top_p)
+        traj.samples.append(Sample(*compress.rl_sample(prompt_ids, gen.ids)))
+        res = await env.step(gen.text)
+        info = res.info
+        traj.parse_errors += int(bool(info.get("parse_error")))
+        traj.steps.append({"observation": shown, "error": obs.error, "response": gen.text,
+                           "action": info.get("action"), "action_error": info.get("error"), "screenshot": shot,
+                           "parse_error": bool(info.get("parse_error")), "finish_reason": gen.finish_reason})
+        turns.append(compress.Turn(shown, gen.text, obs.error))
+        if res.done:
+            traj.reward, traj.done_reason = float(res.reward), info.get("done_reason")
+            traj.env_error = traj.done_reason == "crash"
+            await _screenshot(env, screenshot_dir, "final.png")
+            traj.seconds = time.perf_counter() - start
+            return traj
+        obs = res.obs
+
+
+async def _screenshot(env: webenv.WebEnv, out_dir: Path | None, name: str) -> str | None:
+    """Save the active page as out_dir/name; a page that cannot be captured (crashed) gives None."""
+    if out_dir is None:
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        await env.page.screenshot(path=str(out_dir / name), timeout=10_000)
+    except PlaywrightError as e:   # a crashed or closed page: the episode's own step result says why
+        log.warning("screenshot %s failed: %s", out_dir / name, e)
+        return None
+    return name
+
+
+# ---- many episodes over a pool of contexts ----
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+
+class Runner:
+    """Runs episodes over at most ``size`` browser contexts of ``pool``, reused from one call of ``run`` to
+    the next (a MiniWoB context keeps its page between episodes).
+
+    >>> async with env.BrowserPool() as pool, Runner(pool, size=8) as runner:       # doctest: +SKIP
+    ...     trajs = await rollouts(runner, backend, tokenizer, [Job(task, g) for g in range(8)], cfg)
+    """
+
+    def __init__(self, pool: webenv.BrowserPool, size: int, *, timeout_s: float | None = None,
+                 env_kwargs: dict[str, Any] | None = None) -> None:
+        self.pool, self.size, self.timeout_s = pool, max(1, size), timeout_s
+        self.env_kwargs = dict(env_kwargs or {})
+        self._idle: asyncio.Queue[webenv.WebEnv] = asyncio.Queue()
+        self._made = 0
+
+    async def __aenter__(self) -> "Runner":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        while not self._idle.empty():
+            await self._idle.get_nowait().close()
+
+    async def _get_env(self) -> webenv.WebEnv:
+        if self._idle.empty() and self._made < self.size:
+            self._made += 1
+            return await self.pool.new_env(**self.env_kwargs)
+        return await self._idle.get()
+
+    async def run(self, jobs: Sequence[J], episode: Callable[[webenv.WebEnv, J], Awaitable[R]],
+                  on_failure: Callable[[J, str], R], on_done: Callable[[J, R], None] | None = None) -> list[R]:
+        """``episode(env, job)`` for every job, at most ``size`` at a time, each on its own context; returns
+        the results in job order. An episode that raises ``env.EpisodeCrash`` or runs past ``timeout_s``
+        gets ``on_failure(job, reason)`` as its result and its context is replaced; ``on_done(job, result)``
+        is called as each episode ends."""
+        async def one(job: J) -> R:
+            env = await self._get_env()
+            try:
+                result = await asyncio.wait_for(episode(env, job), self.timeout_s)
+            except (webenv.EpisodeCrash, asyncio.TimeoutError) as e:
+                reason = (f"timeout: the episode took more than {self.timeout_s:.0f}s"
+                          if isinstance(e, asyncio.TimeoutError) else f"reset_failed: {e}")
+                log.warning("episode %r ended: %s", job, reason)
+                result = on_failure(job, reason)
+                await env.close()   # whatever state it is in, the next episode gets a fresh context
+                env = await self.pool.new_env(**self.env_kwargs)
+            finally:
+                self._idle.put_nowait(env)   # (after a failure: the replacement)
+            if on_done is not None:
+                on_done(job, result)
+            return result
+
+        return list(await asyncio.gather(*(one(j) for j in jobs)))
+
+
+async def rollouts(runner: Runner, backend, tokenizer, jobs: Sequence[Job], cfg: EpisodeConfig,
+                   on_done: Callable[[Job, Trajectory], None] | None = None) -> list[Trajectory]:
+    """``rollout`` for every job through ``runner``; a timed-out episode becomes an ``env_error``
+    trajectory with done_reason "timeout: ...". Returns the trajectories in job order."""
+    def failed(job: Job, reason: str) -> Trajectory:
+        return Trajectory(group=job.group, task_id=job.task.task_id, seed=job.task.seed, done_reason=reason,
+                          env_error=True)
+
+    return await runner.run(
+        jobs, lambda env, job: rollout(env, backend, tokenizer, job.task, cfg, group=job.group,
+                                       screenshot_dir=job.screenshot_dir),
+        failed, on_done)
+

@@ -64,6 +64,7 @@ import dataclasses
 import html
 import json
 import logging
+import math
 import re
 import shutil
 import time
@@ -304,11 +305,38 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
 
 # ---- metrics ----
 
+def stderr(recs: list[dict]) -> float:
+    """Standard error of a success rate, stratified by task (each task's episodes are a fixed share of the
+    cell): sqrt(sum_t (n_t / N)^2 p_t (1 - p_t) / n_t); for one task sqrt(p (1 - p) / n)."""
+    by_task: dict[str, list[bool]] = collections.defaultdict(list)
+    for r in recs:
+        by_task[r["task"]].append(r["success"])
+    n = len(recs)
+    var = sum((len(v) / n) ** 2 * (p := sum(v) / len(v)) * (1 - p) / len(v) for v in by_task.values())
+    return math.sqrt(var)
+
+
+def paired(records: list[dict], runs: list[str]) -> dict[str, dict[str, float]]:
+    """Each run against every earlier one on the episodes both ran (same task and seed): the mean of the
+    per-episode success differences and its standard error, ``{"rl - bc": {"diff", "stderr", "n"}}``."""
+    outcome = {(r["run"], r["task"], r["seed"]): float(r["success"]) for r in records}
+    out = {}
+    for j, b in enumerate(runs):
+        for a in runs[:j]:
+            d = [outcome[(b, t, s)] - outcome[(a, t, s)] for (run, t, s) in outcome if run == b and (a, t, s) in outcome]
+            if not d:
+                continue
+            mean = sum(d) / len(d)
+            var = sum((x - mean) ** 2 for x in d) / (len(d) - 1) if len(d) > 1 else 0.0
+            out[f"{b} - {a}"] = {"diff": mean, "stderr": math.sqrt(var / len(d)), "n": len(d)}
+    return out
+
+
 def _cell(recs: list[dict]) -> dict[str, Any]:
     n = len(recs)
     turns = sum(r["num_steps"] for r in recs)
     return {"success_rate": sum(r["success"] for r in recs) / n if n else 0.0, "n": n,
-            "successes": sum(r["success"] for r in recs),
+            "stderr": stderr(recs) if n else 0.0, "successes": sum(r["success"] for r in recs),
             "avg_response_tokens": sum(r["response_tokens"] for r in recs) / turns if turns else 0.0,
             "avg_interactions": turns / n if n else 0.0,
             "parse_fail_rate": sum(r["parse_errors"] for r in recs) / turns if turns else 0.0,
@@ -349,11 +377,21 @@ def _pct(x: float) -> str:
 
 def table2(runs: dict[str, Any], columns: list[str]) -> str:
     """Markdown in the paper's Table 2 layout: success rate (%) per column, then Average SR."""
-    lines = ["| Method | " + " | ".join(columns) + " | Average SR |",
-             "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |"]
+    lines = ["| Method | " + " | ".join(columns) + " | Average SR | SE |",
+             "| --- | " + " | ".join("---:" for _ in columns) + " | ---: | ---: |"]
     for run, res in runs.items():
         cells = [_pct(res["columns"][c]["success_rate"]) if c in res["columns"] else "-" for c in columns]
-        lines.append(f"| {run} | " + " | ".join(cells) + f" | {_pct(res['overall']['success_rate'])} |")
+        o = res["overall"]
+        lines.append(f"| {run} | " + " | ".join(cells) + f" | {_pct(o['success_rate'])} | {_pct(o['stderr'])} |")
+    return "\n".join(lines)
+
+
+def paired_table(diffs: dict[str, dict[str, float]]) -> str:
+    """Markdown of the paired differences in success rate (points), with standard errors and their ratio."""
+    lines = ["| Comparison | Difference | SE | Difference / SE | Episodes |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, d in diffs.items():
+        z = d["diff"] / d["stderr"] if d["stderr"] else float("nan")
+        lines.append(f"| {name} | {100 * d['diff']:+.1f} | {_pct(d['stderr'])} | {z:+.1f} | {d['n']} |")
     return "\n".join(lines)
 
 
@@ -376,17 +414,22 @@ def budget_table(runs: dict[str, Any], budgets: list[int]) -> str:
     return "\n".join(lines)
 
 
-def results_markdown(runs: dict[str, Any], columns: list[str], budgets: list[int], args: Args) -> str:
+def results_markdown(runs: dict[str, Any], columns: list[str], budgets: list[int], args: Args,
+                     diffs: dict[str, dict[str, float]] | None = None) -> str:
     n = sorted({c["n"] for r in runs.values() for c in r["tasks"].values()})
     ep = args.episode
     decoding = "greedy" if ep.temperature <= 0 else f"temperature {ep.temperature}, top-p {ep.top_p}"
     parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.tasks}`, {'/'.join(map(str, n))} "
              f"episodes per task (held-out seeds), at most {budgets[-1]} interactions, {decoding}, "
-             f"prompt {', '.join(dict.fromkeys(r['prompt'] for r in runs.values()))}. Average SR = successes / episodes over all tasks.\n",
+             f"prompt {', '.join(dict.fromkeys(r['prompt'] for r in runs.values()))}. Average SR = successes / "
+             f"episodes over all tasks; SE = its standard error (stratified by task).\n",
              table2(runs, columns),
              "\n## Prompting design, Table 3 layout\n\nLength = generated tokens per turn; "
              "# of Interactions = steps per episode.\n",
              table3(runs)]
+    if diffs:
+        parts += ["\n## Paired differences in success rate (points; the same held-out episodes)\n",
+                  paired_table(diffs)]
     if len(budgets) > 1:
         parts += ["\n## Test-time scaling: SR (%) by max number of interactions (Fig. 5)\n",
                   budget_table(runs, budgets)]
@@ -626,11 +669,13 @@ def main(args: Args) -> dict[str, Any]:
     # ---- results ----
     runs = summarize(records, budgets)
     columns = order_columns(list(dict.fromkeys(r["column"] for r in records)))
+    diffs = paired(records, list(runs))
     results = {"args": trainlib.args_dict(args), "columns": columns, "budgets": budgets,
                "seconds": round(time.time() - t0, 1),
-               "decoding": "greedy" if args.episode.temperature <= 0 else "sampling", "runs": runs}
+               "decoding": "greedy" if args.episode.temperature <= 0 else "sampling", "runs": runs,
+               "paired": diffs}
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    md = results_markdown(runs, columns, budgets, args)
+    md = results_markdown(runs, columns, budgets, args, diffs)
     (out / "results.md").write_text(md)
     if len(budgets) > 1:
         plot_budgets(runs, budgets, out / "test_time_scaling.png")

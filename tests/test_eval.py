@@ -54,7 +54,8 @@ def _check_consistent(results: dict, records: list[dict]) -> None:
 def _table_row(results: dict, run: str) -> str:
     res = results["runs"][run]
     cells = [f"{100 * res['columns'][c]['success_rate']:.1f}" for c in results["columns"]]
-    return f"| {run} | " + " | ".join(cells) + f" | {100 * res['overall']['success_rate']:.1f} |"
+    o = res["overall"]
+    return f"| {run} | " + " | ".join(cells) + f" | {100 * o['success_rate']:.1f} | {100 * o['stderr']:.1f} |"
 
 
 # ---- the tiny model through the HF backend ----
@@ -190,3 +191,19 @@ def test_parse_models_keeps_tiny_options_together():
     with pytest.raises(SystemExit):
         ev.parse_models("a=x,a=y")
     assert ev.parse_budgets("30,5,10,15,10") == [5, 10, 15, 30]
+
+
+def test_standard_errors_and_paired_differences():
+    """SE of a success rate is stratified by task; paired differences match episodes by task and seed."""
+    def rec(run, task, seed, ok):
+        return {"run": run, "task": task, "seed": seed, "success": ok}
+    a = [rec("bc", "t1", s, s < 5) for s in range(10)] + [rec("bc", "t2", s, False) for s in range(10)]
+    b = [rec("rl", "t1", s, s < 8) for s in range(10)] + [rec("rl", "t2", s, s == 0) for s in range(10)]
+    assert ev.stderr(a[:10]) == pytest.approx((0.5 * 0.5 / 10) ** 0.5)
+    assert ev.stderr(a) == pytest.approx(((0.5 ** 2) * 0.25 / 10) ** 0.5)   # t2 is all failures: no variance
+    d = ev.paired(a + b, ["bc", "rl"])["rl - bc"]
+    diffs = [1.0] * 3 + [0.0] * 7 + [1.0] + [0.0] * 9                        # s = 5, 6, 7 of t1; s = 0 of t2
+    mean = sum(diffs) / 20
+    assert d["n"] == 20 and d["diff"] == pytest.approx(mean)
+    assert d["stderr"] == pytest.approx((sum((x - mean) ** 2 for x in diffs) / 19 / 20) ** 0.5)
+    assert ev.paired(a + b + [rec("x", "t3", 0, True)], ["bc", "rl", "x"]).keys() == {"rl - bc"}

@@ -204,43 +204,54 @@ def _action_region(text: str) -> str:
     return _FENCE_RE.sub(" ", parsed.action)
 
 
-def _in_comment(text: str, pos: int) -> bool:
-    line_start = text.rfind("\n", 0, pos) + 1
-    return text[line_start:pos].lstrip().startswith("#")
+_COMMENT_LINE_RE = re.compile(r"^[^\S\n]*#[^\n]*", re.M)
+_MAX_NUMBER_DIGITS = 30        # element ids and numbers are short; Python refuses int() beyond 4,300 digits
 
 
-def _find_calls(text: str, start: int = 0) -> list[re.Match]:
-    return [m for m in _CALL_RE.finditer(text, start) if not _in_comment(text, m.start())]
+def _first_call(text: str, start: int = 0, pattern: re.Pattern = _CALL_RE) -> re.Match | None:
+    """The first match of ``pattern`` (a function call) from ``start`` that is not on a "#" comment line, or
+    None. Linear in the text: comment lines are skipped as they come (model text can be megabytes)."""
+    comments = _COMMENT_LINE_RE.finditer(text, text.rfind("\n", 0, start) + 1)   # from start's line
+    comment = next(comments, None)
+    for m in pattern.finditer(text, start):
+        while comment is not None and comment.end() < m.start():
+            comment = next(comments, None)
+        if comment is None or m.start() < comment.start():
+            return m
+    return None
+
+
+# what ends a run of plain characters inside a string of each quote kind (a newline ends a one-quote string)
+_STRING_STOP = {q: re.compile(r"\\|" + re.escape(q) + (r"|\n" if len(q) == 1 else "")) for q in ('"', "'", '"""', "'''")}
 
 
 def _read_string(s: str, i: int) -> tuple[str, int]:
-    """Read a quoted string starting at s[i] (', ", ''' or \"\"\"); returns (value, index after it)."""
+    """Read a quoted string starting at s[i] (', ", ''' or \"\"\"); returns (value, index after it). Runs of
+    plain characters are copied in one slice, so a megabyte-long string costs milliseconds."""
     quote = s[i] * 3 if s.startswith(s[i] * 3, i) else s[i]
+    stop = _STRING_STOP[quote]
     i += len(quote)
     out: list[str] = []
-    while i < len(s):
-        if s.startswith(quote, i):
-            return "".join(out), i + len(quote)
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            nxt = s[i + 1]
-            if nxt in _ESCAPES:
-                out.append(_ESCAPES[nxt])
-                i += 2
-            elif nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2:i + 6] or ""):
-                out.append(chr(int(s[i + 2:i + 6], 16)))
-                i += 6
-            elif nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", s[i + 2:i + 4] or ""):
-                out.append(chr(int(s[i + 2:i + 4], 16)))
-                i += 4
-            else:                                   # unknown escape: keep it verbatim, as Python does
-                out.append(c + nxt)
-                i += 2
-        elif c == "\n" and len(quote) == 1:
+    while (m := stop.search(s, i)) is not None:
+        out.append(s[i:m.start()])
+        i = m.end()
+        if m.group(0) == quote:
+            return "".join(out), i
+        if m.group(0) == "\n":
             raise ActionParseError("a quoted string is not closed before the end of the line")
-        else:
-            out.append(c)
+        nxt = s[i:i + 1]                        # after a backslash: an escape of the next character
+        if nxt in _ESCAPES:
+            out.append(_ESCAPES[nxt])
             i += 1
+        elif nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 1:i + 5]):
+            out.append(chr(int(s[i + 1:i + 5], 16)))
+            i += 5
+        elif nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", s[i + 1:i + 3]):
+            out.append(chr(int(s[i + 1:i + 3], 16)))
+            i += 3
+        else:                                   # unknown escape (or a final backslash): verbatim, as Python does
+            out.append("\\" + nxt)
+            i += len(nxt)
     raise ActionParseError("a quoted string is not closed")
 
 
@@ -254,6 +265,8 @@ def _read_value(s: str, i: int, what: str) -> tuple[Any, int]:
     m = _NUMBER_RE.match(s, i)
     if m:
         tok = m.group(0)
+        if len(tok) > _MAX_NUMBER_DIGITS:
+            raise ActionParseError(f"a number of {len(tok)} digits for {what}; element ids are small integers")
         return (float(tok) if "." in tok else int(tok)), m.end()
     m = _IDENT_RE.match(s, i)
     if m and m.group(0) == "None":
@@ -317,9 +330,10 @@ def _as_element(value: Any) -> int | None:
         v = value.strip()
         if v.startswith("[") and v.endswith("]"):   # lenient: element="[7]"
             v = v[1:-1].strip()
-        if re.fullmatch(r"\d+", v):
+        if re.fullmatch(r"\d+", v) and len(v) <= _MAX_NUMBER_DIGITS:
             return int(v)
-        raise ActionParseError(f"element must be the integer id of an element in the HTML, got {value!r}")
+        shown = value if len(value) <= 40 else f"{value[:20]}...({len(value)} characters)"
+        raise ActionParseError(f"element must be the integer id of an element in the HTML, got {shown!r}")
     if isinstance(value, int) and value >= 0:
         return value
     raise ActionParseError(f"element must be a non-negative integer id, got {value!r}")
@@ -384,15 +398,14 @@ def parse_action(text: str) -> Action:
     if not region.strip():
         what = "no action found after the thinking" if text.strip() else "empty response"
         raise ActionParseError(f"{what}; answer with exactly one action, e.g. <answer>{_EXAMPLE}</answer>")
-    calls = _find_calls(region)
-    if not calls:
-        other = [m.group(1) for m in _ANY_CALL_RE.finditer(region) if not _in_comment(region, m.start())]
-        hint = f"unknown function {other[0]}(); " if other else "no action found; "
+    first = _first_call(region)
+    if first is None:
+        other = _first_call(region, pattern=_ANY_CALL_RE)
+        hint = f"unknown function {other.group(1)}(); " if other else "no action found; "
         raise ActionParseError(hint + f"use do(...), exit(message=...), go_backward() or go_forward(), e.g. {_EXAMPLE}")
-    first = calls[0]
     func = first.group(1)
     pos, kw, end = _read_args(region, first.end(), func)
-    if _find_calls(region, end):
+    if _first_call(region, end):
         raise ActionParseError("more than one action; give ONLY ONE action per round")
     return _build_action(func, pos, kw)
 

@@ -225,3 +225,26 @@ def test_fuzz_never_crashes_never_evals(monkeypatch):
 def test_non_text_input():
     with pytest.raises(ActionParseError):
         parse_action(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", [
+    'do(action="Click", element="' + "9" * 5000 + '")',           # past Python's int() digit limit
+    'do(action="Click", element=' + "9" * 5000 + ")",
+    "\n" * 1_000_000, "<think>" * 150_000, "do(" * 330_000, "a(" * 500_000, "#\n" * 500_000,
+    "<answer>" * 125_000, 'do(action="Type", element="1", argument="' + "x\\" * 400_000,
+])
+def test_hostile_responses_fail_fast_with_a_message(text):
+    """A sampling model can emit megabytes of junk; parsing runs on the event loop every env shares, so it
+    must stay linear (these took 36 s to minutes when quadratic) and end in an ActionParseError, never another
+    exception. The bound is a stall guard, far above the ~0.1 s each takes."""
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(ActionParseError) as err:
+        parse_action(text)
+    assert time.perf_counter() - t0 < 10 and len(str(err.value)) < 300
+
+
+def test_long_typed_text_parses_whole():
+    text = "line one\nline two " * 50_000
+    a = parse_action(f'do(action="Type", element="3", argument="""{text}""")')
+    assert a == Action("Type", element=3, argument=text)

@@ -308,7 +308,7 @@ def main(args: Args) -> Path:
         step, cursor = state["step"], state["cursor"]
         log.info("resumed from %s at step %d", ckpt, step)
 
-    metrics = trainlib.Metrics(out, enabled=rank == 0)
+    metrics = trainlib.Metrics(out, enabled=rank == 0, start_step=step)
     if cot_counts:
         metrics.log(0, {k: float(v) for k, v in cot_counts.items()})
     stop = {"flag": False}

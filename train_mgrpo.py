@@ -298,7 +298,9 @@ def main(args: Args) -> Path:
     # Ctrl-C: finish the step, then every rank stops at the same step (the flag is agreed) and saves once
     stop = {"flag": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
-    metrics = trainlib.Metrics(out, enabled=rank == 0)
+    metrics = trainlib.Metrics(out, enabled=rank == 0, start_step=step)
+    if rank == 0:
+        trainlib.rewind_jsonl(out / "trajectories.jsonl", step)
     step, cursor, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics,
                                               step=step, cursor=cursor, stop=stop))
 

@@ -25,6 +25,7 @@ import typing
 import math
 import os
 import random
+import re
 import shutil
 import socket
 import time
@@ -305,11 +306,17 @@ def save_checkpoint(engine, tokenizer, out_dir: str | Path, step: int, state: di
     torch.save(rng_state(), tmp / f"rng_rank{rank}.pt")
     torch.distributed.barrier()
     if rank == 0:
+        # trainer_state.json is written last: a directory holding it is complete. A step saved twice (a
+        # resumed finished run, Ctrl-C right after a periodic save) swaps directories by renames only, so a
+        # kill at any moment leaves a complete copy that latest_checkpoint finds.
         (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=1))
+        old = out_dir / f"step_{step}.old"
         if final.exists():
-            shutil.rmtree(final)
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
         os.replace(tmp, final)
         _atomic_write(out_dir / "latest", final.name)
+        shutil.rmtree(old, ignore_errors=True)
     torch.distributed.barrier()
     return final
 
@@ -328,12 +335,20 @@ def publish_hf(ckpt: str | Path, out_dir: str | Path, rank: int) -> Path:
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run directory, or None."""
-    p = Path(out_dir) / "latest"
-    if not p.exists():
-        return None
-    ckpt = Path(out_dir) / p.read_text().strip()
-    return ckpt if (ckpt / "trainer_state.json").exists() else None
+    """The newest complete checkpoint of a run directory (one holding trainer_state.json, written last), or
+    None: the one ``latest`` names, else (a save was killed mid-swap) the complete ``step_*`` directory of
+    the highest step, a finished ``.tmp`` before an ``.old`` of the same step."""
+    out_dir = Path(out_dir)
+    p = out_dir / "latest"
+    if p.exists() and (out_dir / p.read_text().strip() / "trainer_state.json").exists():
+        return out_dir / p.read_text().strip()
+    rank = {"": 1, ".tmp": 2, ".old": 0}
+    found = []
+    for d in out_dir.glob("step_*"):
+        m = re.fullmatch(r"step_(\d+)(|\.tmp|\.old)", d.name)
+        if m and (d / "trainer_state.json").exists():
+            found.append((int(m.group(1)), rank[m.group(2)], d))
+    return max(found)[2] if found else None
 
 
 def load_checkpoint(engine, ckpt: str | Path, rank: int) -> dict[str, Any]:
@@ -354,18 +369,29 @@ def _atomic_write(path: Path, text: str) -> None:
 
 # ---- metrics ----
 
+def rewind_jsonl(path: str | Path, step: int) -> None:
+    """Keep the lines of a per-step JSONL log with ``"step" <= step`` (all of them gone for step 0: a fresh
+    run), so that a run resumed at ``step`` logs each later step once. Rewritten atomically."""
+    path = Path(path)
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and step and json.loads(line)["step"] <= step]
+    _atomic_write(path, "".join(line + "\n" for line in keep))
+
+
 class Metrics:
     """Scalars to <out>/metrics.jsonl and TensorBoard (<out>/tb), rank 0 only.
 
     ``m.log(step, {"train/loss": 1.2})``; each JSONL line is ``{"step": 3, "time": ..., "train/loss": 1.2}``.
     """
 
-    def __init__(self, out_dir: str | Path, enabled: bool = True):
+    def __init__(self, out_dir: str | Path, enabled: bool = True, start_step: int = 0):
         self.enabled = enabled
         self.path = Path(out_dir) / "metrics.jsonl"
         self.tb = None
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            rewind_jsonl(self.path, start_step)   # a resumed run redoes the steps after its checkpoint
             try:
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(str(Path(out_dir) / "tb"))

@@ -102,9 +102,11 @@ def test_bc_resume_continues(demos, tmp_path):
     run_script("train_bc.py", *BC_FAST, "--data", str(demos), "--out", str(out), "--max-steps", "3",
                "--save-every", "1")
     (out / "latest").write_text("step_1")            # as if the run had died after step 1
+    first = metrics(out)
     run_script("train_bc.py", *BC_FAST, "--data", str(demos), "--out", str(out), "--max-steps", "3", "--resume")
-    steps = [r["step"] for r in metrics(out)]
-    assert steps == [1, 2, 3, 2, 3]                  # the second run started at step 2
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]    # the second run started at step 2 and logged 2, 3 once
+    assert rows[0] == first[0] and rows[1]["time"] > first[-1]["time"]
     assert json.loads((out / "step_3" / "trainer_state.json").read_text())["step"] == 3
 
 
@@ -165,7 +167,8 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
     run_script("train_mgrpo.py", *common, "--steps", "3", "--resume")
     steps = [r["step"] for r in metrics(out)]
-    assert steps == [1, 2, 3, 3]
+    assert steps == [1, 2, 3]                        # step 3 redone, logged once
+    assert [json.loads(line)["step"] for line in (out / "trajectories.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert json.loads((out / "step_3" / "trainer_state.json").read_text()) == {"step": 3, "cursor": 6}
 
 

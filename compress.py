@@ -335,10 +335,13 @@ def render_sample(tokenizer, messages: list[dict[str, str]], *, think_in_loss: b
                   ) -> tuple[list[int], list[int]]:
     """A supervised sample: ``(input_ids, loss_mask)`` for ``messages`` ending with an assistant message; the
     mask is 1 exactly on that response's tokens (tokenized inside the full rendering) and the end-of-turn
-    token after it; tokens the template adds after the end of turn (a newline) are 0.
+    token after it; tokens the template adds after the end of turn (a newline) are 0. A thinking template
+    whose generation prompt opens ``<think>`` renders the final message its own way (``reasoning \n</think>
+    \n\n answer``): the target is that rendering, the tokens after the generation prompt.
     ``think_in_loss=False`` also zeroes the tokens up to and including ``</think>``.
     Raises ``ChatTemplateError`` when the template does not render the conversation's prefix consistently
-    (string- or token-wise), rewrites the final response, or does not close it with a special token."""
+    (string- or token-wise), loses the final response's thought or action, or does not close it with a
+    special token."""
     if not messages or messages[-1].get("role") != "assistant":
         raise ValueError("render_sample needs messages ending with an assistant message")
     response = messages[-1]["content"]
@@ -366,16 +369,30 @@ def render_sample(tokenizer, messages: list[dict[str, str]], *, think_in_loss: b
         raise ChatTemplateError("chat template does not close the assistant message with a special "
                                 f"end-of-turn token: rendered {tokenizer.decode(tail[-16:])!r}")
     shown = tokenizer.decode(tail[:end], skip_special_tokens=False).strip()
-    if shown != response.strip() and shown != _round_trip(tokenizer, response).strip():
+    if not _same_response(tokenizer, shown, response):
         raise ChatTemplateError(
-            "chat template rewrites the final assistant message (e.g. it strips <think> ... </think>): "
-            f"rendered {shown[:80]!r}... for response {response[:80]!r}...")
+            "chat template rewrites the final assistant message and loses part of it (e.g. it strips "
+            f"<think> ... </think>): rendered {shown[:80]!r}... for response {response[:80]!r}...")
     mask = [0] * len(prefix) + [1] * (end + 1) + [0] * (len(tail) - end - 1)
     if not think_in_loss:
         n_think = _tokens_through(tokenizer, tail[:end], "</think>")
         for j in range(n_think):
             mask[len(prefix) + j] = 0
     return full, mask
+
+
+def _same_response(tokenizer, shown: str, response: str) -> bool:
+    """Does the template's rendering of the final assistant message (``shown``, from the end of the generation
+    prompt to the end-of-turn token) carry the response? Either verbatim, or reformatted the way thinking
+    templates do (the generation prompt opens ``<think>``, so the target starts inside the thought; newlines
+    around the tags change): then the thought and the action it parses into must be the response's own, up to
+    whitespace. The target trained on is then the template's rendering, which is what the model must produce
+    after that generation prompt."""
+    if shown in (response.strip(), _round_trip(tokenizer, response).strip()):
+        return True
+    a, b = parse_response(shown), parse_response(response)
+    return (" ".join(a.thought.split()) == " ".join(b.thought.split()) and a.n_answers == b.n_answers
+            and " ".join(a.action.split()) == " ".join(b.action.split()))
 
 
 def _round_trip(tokenizer, text: str) -> str:

@@ -104,6 +104,8 @@ class Args:
     """interaction budget; a comma list (5,10,15,30) sweeps it (Fig. 5) from one run at the largest"""
     episode: EpisodeConfig = field(default_factory=lambda: EpisodeConfig(temperature=0.0))
     """prompt and decoding (flags --prompt, --temperature, ...); greedy by default (temperature 0)"""
+    chat_template: str = ""
+    """Jinja chat-template file replacing each model's own (a base model has none)"""
     compare_prompts: str = ""
     """comma list of prompt kinds to compare (Table 3), e.g. thinking,plain; empty: --prompt alone"""
     base_url: str = ""
@@ -266,7 +268,7 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
         if args.torch_threads or device.type == "cpu":
             import torch
             torch.set_num_threads(args.torch_threads or 1)
-        model, tok = policy.load(path, device=device, dtype=dtype)
+        model, tok = policy.load(path, device=device, dtype=dtype, chat_template=args.chat_template or None)
         backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=ep.max_new_tokens,
                                       temperature=ep.temperature, top_p=ep.top_p,
                                       max_batch_size=max(1, args.concurrency))
@@ -282,6 +284,9 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
         backend = policy.make_backend("vllm", model_path=path, max_new_tokens=ep.max_new_tokens,
                                       temperature=ep.temperature, top_p=ep.top_p, seed=args.seed,
                                       gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context)
+
+        if args.chat_template:   # the engine renders nothing: prompts are ids rendered with this tokenizer
+            backend.tokenizer.chat_template = policy.read_chat_template(args.chat_template)
 
         async def close():
             shutdown = getattr(backend.engine, "shutdown", None)
@@ -608,6 +613,8 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
     jobs = episode_tasks(tasks, args.episodes, budget)
     viewer_dir = out / "viewer" if args.screenshots else None
     shared_tok = fallback_tokenizer(args.tokenizer) if args.backend == "openai" else None
+    if shared_tok is not None and args.chat_template:   # (it fits and counts prompts; the server renders its own)
+        shared_tok.chat_template = policy.read_chat_template(args.chat_template)
     records: list[dict] = []
     bar = tqdm(total=len(jobs) * len(models) * len(prompts), desc="eval", dynamic_ncols=True)
     saved = (out / "trajectories.jsonl").open("w")   # one line per finished episode, kept if the run dies

@@ -341,12 +341,14 @@ def build_tiny(spec: str = "tiny", *, corpus: Iterable[str] | None = None):
 # ---- load ----
 
 def load(spec: str, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-         corpus: Iterable[str] | None = None):
+         corpus: Iterable[str] | None = None, chat_template: str | None = None):
     """Load ``(model, tokenizer)`` in eval mode on ``device`` / ``dtype`` (default: ``decide_device()``).
 
     ``spec``: ``"tiny"`` / ``"tiny:layers=4,hidden=256,template=llama3"`` (built offline, ``corpus``
     overrides the tokenizer's training text), or a local HF checkpoint directory (``local_files_only``;
-    a Hub name that is not cached fails instead of downloading). The tokenizer must have a chat template.
+    a Hub name that is not cached fails instead of downloading). ``chat_template``: the path of a Jinja
+    chat-template file that replaces the checkpoint's (the scripts' ``--chat-template``); it is saved with
+    every checkpoint the tokenizer is saved with. The tokenizer must end up with a chat template.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -361,12 +363,26 @@ def load(spec: str, *, device: str | torch.device | None = None, dtype: torch.dt
         tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True, dtype=dtype,
                                                      attn_implementation=attn)
+    if chat_template:
+        tok.chat_template = read_chat_template(chat_template)
     if not getattr(tok, "chat_template", None):
-        raise ValueError(f"{spec}: tokenizer has no chat template (a chat model is required)")
+        raise ValueError(f"{spec}: the tokenizer has no chat template (a base model?); give one with "
+                         "--chat-template PATH (a Jinja file, e.g. the template of the instruct model of the family)")
     _ensure_pad_token(tok)
     model.to(device=dev, dtype=dtype)
     model.eval()
     return model, tok
+
+
+def read_chat_template(path: str) -> str:
+    """The text of a Jinja chat-template file, with a clear error for a missing or empty file."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as e:
+        raise ValueError(f"--chat-template {path}: cannot read it ({e.strerror})") from None
+    if "{" not in text:
+        raise ValueError(f"--chat-template {path}: not a Jinja chat template (no {{ or {{% in it)")
+    return text
 
 
 def _ensure_pad_token(tok) -> None:

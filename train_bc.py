@@ -52,6 +52,8 @@ class Args:
     """Behavior cloning (Eq. 1) under DeepSpeed."""
     model: str = "tiny"
     """HF checkpoint path, or "tiny" to build a small Qwen2-architecture model offline"""
+    chat_template: str = ""
+    """Jinja chat-template file replacing the model's own (a base model has none); saved with the checkpoint"""
     data: str = "data/demos.jsonl"
     """comma-separated files: experts.py JSONL and/or WebRL/VAB sharegpt JSON(L)"""
     out: str = "ckpt/bc"
@@ -280,7 +282,7 @@ def main(args: Args) -> Path:
                                        max_retries=args.cot_retries, timeout_s=args.cot_timeout, temperature=0.6)
         cot_counts = asyncio.run(rewrite_with_cot(records, teacher, args.cot_cache, args.cot_concurrency))
         log.info("R1-CoT rewrite: %s", cot_counts)
-    model, tokenizer = policy.load(args.model, device=device, dtype=dtype)
+    model, tokenizer = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
     samples, dropped = [], 0
     for st in records_to_steps(records, args.prompt):
         ids, mask = compress.render_sample(tokenizer, st.messages, think_in_loss=args.think_in_loss)

@@ -59,6 +59,8 @@ class Args:
     """M-GRPO training (Eq. 2) with asynchronous browser rollouts under DeepSpeed."""
     model: str = "ckpt/bc/hf"
     """initial policy: the BC checkpoint (WebAgent-R1), a base model (R1-Zero), or tiny"""
+    chat_template: str = ""
+    """Jinja chat-template file replacing the model's own (a base model has none); saved with the checkpoint"""
     tasks: str = "miniwob:click-button,login-user"
     """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
     out: str = "ckpt/rl"
@@ -267,10 +269,10 @@ def main(args: Args) -> Path:
 
     # ---- models ----
     ep = args.episode
-    model, tokenizer = policy.load(args.model, device=device, dtype=dtype)
+    model, tokenizer = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
     ref_model = None
     if args.beta != 0.0:   # frozen reference pi_ref for the KL term
-        ref_model, _ = policy.load(args.model, device=device, dtype=dtype)
+        ref_model, _ = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
         ref_model.eval().requires_grad_(False)
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -60,6 +60,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -308,7 +309,12 @@ class TinySpec:
             key, sep, val = item.partition("=")
             if not sep or key not in types:
                 raise ValueError(f"bad tiny option {item!r}; known: {sorted(types)}")
-            setattr(out, key, val if types[key] in (str, "str") else int(val))
+            if types[key] in (str, "str"):
+                setattr(out, key, val)
+            elif re.fullmatch(r"\d+", val.strip()):
+                setattr(out, key, int(val))
+            else:
+                raise ValueError(f"tiny option {key}={val!r}: expected a positive integer")
         if out.hidden % out.heads or out.heads % out.kv_heads:
             raise ValueError(f"hidden ({out.hidden}) % heads ({out.heads}) and heads % kv_heads must be 0")
         return out
@@ -360,7 +366,14 @@ def load(spec: str, *, device: str | torch.device | None = None, dtype: torch.dt
         if attn != "sdpa":
             model.set_attn_implementation(attn)
     else:
-        tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+        try:
+            tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+        except OSError:   # transformers' message speaks of Hub repos; say what this project loads
+            if os.path.isdir(spec):
+                raise
+            raise ValueError(f"model {spec!r}: no such directory, nor a Hub model in the local cache; give a "
+                             "local HF checkpoint directory or tiny[:layers=N,hidden=N,...] (nothing is "
+                             "downloaded)") from None
         model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True, dtype=dtype,
                                                      attn_implementation=attn)
     if chat_template:

@@ -36,6 +36,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -118,15 +119,57 @@ class Step:
 
 
 def load_records(paths: str) -> list[dict]:
-    """Read JSON lists or JSONL files into one list of records."""
+    """Read JSON lists or JSONL files into one list of records; each is checked (``check_record``) and a bad
+    one is reported with its file and line (or list index)."""
     records = []
     for path in paths.split(","):
-        text = Path(path).read_text()
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: cannot read it ({e})") from None
         if text.lstrip().startswith("["):
-            records += json.loads(text)
+            try:
+                items = list(enumerate(json.loads(text)))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON ({e})") from None
+            where = "item"
         else:
-            records += [json.loads(line) for line in text.splitlines() if line.strip()]
+            items, where = [], "line"
+            for n, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        items.append((n, json.loads(line)))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        for n, rec in items:
+            problem = check_record(rec)
+            if problem:
+                raise ValueError(f"{path} {where} {n}: {problem}")
+            records.append(rec)
     return records
+
+
+def check_record(rec: Any) -> str | None:
+    """What is wrong with a training record, or None: an experts.py trajectory (intent, steps of observation
+    and response strings) or a sharegpt record (conversations / messages)."""
+    if not isinstance(rec, dict):
+        return f"a record must be a JSON object, not {type(rec).__name__}"
+    if "steps" in rec:
+        if not isinstance(rec.get("intent"), str):
+            return "trajectory record without an 'intent' string"
+        if not isinstance(rec["steps"], list):
+            return f"'steps' must be a list of steps, not {type(rec['steps']).__name__}"
+        for j, st in enumerate(rec["steps"]):
+            if not isinstance(st, dict):
+                return f"step {j} must be an object"
+            for key in ("observation", "response"):
+                if not isinstance(st.get(key), str):
+                    return f"step {j} without a {key!r} string"
+        return None
+    conv = rec.get("conversations") or rec.get("messages")
+    if not isinstance(conv, list) or not all(isinstance(m, dict) for m in conv):
+        return "neither a trajectory ('intent', 'steps') nor a sharegpt record ('conversations' / 'messages' list)"
+    return None
 
 
 def trajectory_steps(rec: dict, prompt: str) -> list[Step]:
@@ -262,6 +305,10 @@ def main(args: Args) -> Path:
     device, dtype = policy.decide_device()
     if not args.ds_config:
         args.ds_config = "configs/zero3.json" if device.type == "cuda" else "configs/zero0.json"
+    try:   # a broken config fails now, not after data and model loaded
+        trainlib.read_ds_config(args.ds_config)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     # derived
     grad_accum = max(1, args.batch_size // (args.micro_batch * world))
     effective_batch = args.micro_batch * grad_accum * world
@@ -275,7 +322,10 @@ def main(args: Args) -> Path:
     torch.manual_seed(args.seed)
 
     # ---- data ----
-    records = load_records(args.data)
+    try:
+        records = load_records(args.data)
+    except ValueError as e:
+        raise SystemExit(f"--data: {e}") from None
     cot_counts: dict[str, int] = {}
     if args.cot_teacher_url:
         teacher = policy.OpenAIBackend(args.cot_teacher_url, args.cot_teacher_model, max_new_tokens=args.cot_max_tokens,

@@ -256,6 +256,10 @@ def main(args: Args) -> Path:
     device, dtype = policy.decide_device()
     if not args.ds_config:
         args.ds_config = "configs/zero3.json" if device.type == "cuda" else "configs/zero0.json"
+    try:   # a broken config fails now, not after data and model loaded
+        trainlib.read_ds_config(args.ds_config)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     if args.tasks_per_step % world:
         raise SystemExit(f"--tasks-per-step {args.tasks_per_step} must be a multiple of the world size {world}")
     out = Path(args.out)

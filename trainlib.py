@@ -148,8 +148,7 @@ def ds_config(path: str, *, micro_batch: int, grad_accum: int, world_size: int, 
 
     Effective batch = micro_batch x grad_accum x world_size (DeepSpeed checks the identity).
     """
-    with open(path) as f:
-        cfg = json.load(f)
+    cfg = read_ds_config(path)
     cfg.update(train_micro_batch_size_per_gpu=micro_batch, gradient_accumulation_steps=grad_accum,
                train_batch_size=micro_batch * grad_accum * world_size, gradient_clipping=grad_clip,
                zero_allow_untested_optimizer=True)
@@ -157,6 +156,45 @@ def ds_config(path: str, *, micro_batch: int, grad_accum: int, world_size: int, 
     offload = cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device") == "cpu"
     if offload:   # ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own Adam
         cfg.setdefault("optimizer", {"type": "AdamW", "params": {}})
+    return cfg
+
+
+#: Top-level keys of DeepSpeed configs; a key within a small edit of one of them is a typo, refused.
+_DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+            "scheduler", "fp16", "bf16", "amp", "gradient_clipping", "zero_optimization",
+            "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "steps_per_print",
+            "wall_clock_breakdown", "memory_breakdown", "dump_state", "prescale_gradients",
+            "gradient_predivide_factor", "sparse_gradients", "communication_data_type", "activation_checkpointing",
+            "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "aio", "elasticity",
+            "data_efficiency", "compression_training", "checkpoint", "data_types", "autotuning", "pipeline",
+            "compile", "torch_autocast", "hybrid_engine", "weight_quantization", "timers", "seq_parallel_communication_data_type")
+
+
+def read_ds_config(path: str) -> dict[str, Any]:
+    """A DeepSpeed config file, checked before anything heavy loads: valid JSON, an object, no misspelled
+    top-level key (``zero_optimizaton`` would silently turn ZeRO off), and a ``zero_optimization`` section
+    DeepSpeed itself accepts (its pydantic model refuses unknown keys). Errors name the file and the key."""
+    import difflib
+    try:
+        cfg = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"DeepSpeed config {path}: cannot read it ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"DeepSpeed config {path}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"DeepSpeed config {path}: must be a JSON object, not {type(cfg).__name__}")
+    for key in cfg:
+        near = difflib.get_close_matches(key, _DS_KEYS, n=1, cutoff=0.8)
+        if near and near[0] != key:
+            raise ValueError(f"DeepSpeed config {path}: unknown key {key!r}; did you mean {near[0]!r}?")
+    zero = cfg.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        raise ValueError(f"DeepSpeed config {path}: zero_optimization must be an object")
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    try:
+        DeepSpeedZeroConfig(**zero)
+    except Exception as e:   # pydantic's ValidationError: which field, and why
+        raise ValueError(f"DeepSpeed config {path}: zero_optimization: {' '.join(str(e).split())[:300]}") from None
     return cfg
 
 

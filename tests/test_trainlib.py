@@ -1,7 +1,12 @@
-"""trainlib's run-directory bookkeeping: which checkpoint a resume picks after a save was killed mid-way, and
-per-step logs rewound to the resumed step."""
+"""trainlib's run-directory bookkeeping (which checkpoint a resume picks after a save was killed mid-way,
+per-step logs rewound to the resumed step) and bad input to the training scripts (configs, data, model
+specs) failing early with the file and the field named."""
 import json
 
+import pytest
+
+import policy
+import train_bc
 import trainlib
 
 
@@ -35,3 +40,44 @@ def test_rewind_jsonl_keeps_the_steps_before_the_resume(tmp_path):
     trainlib.rewind_jsonl(log, 0)                                   # a fresh run in the same directory
     assert log.read_text() == ""
     trainlib.rewind_jsonl(tmp_path / "absent.jsonl", 3)             # nothing to rewind
+
+
+# ---- bad input: a clear error naming the file and the field, before anything heavy loads ----
+
+@pytest.mark.parametrize("text, message", [
+    ('{"zero_optimization": {"stage": 3}', "not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"zero_optimizaton": {"stage": 3}}', "unknown key 'zero_optimizaton'; did you mean 'zero_optimization'"),
+    ('{"zero_optimization": {"stage": 3, "overlap_com": true}}', "zero_optimization: .*overlap_com"),
+])
+def test_broken_deepspeed_configs_are_named(tmp_path, text, message):
+    path = tmp_path / "ds.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as err:
+        trainlib.read_ds_config(str(path))
+    assert str(path) in str(err.value)
+    for name in ("zero0", "zero2", "zero3", "zero3_offload"):     # the shipped configs pass
+        trainlib.read_ds_config(f"configs/{name}.json")
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"task": "t", "intent": "x", "steps": []}\n{"task": "t", "intent": "x", "steps": [\n', "line 2: not valid JSON"),
+    ('{"task": "t", "steps": []}\n', "line 1: trajectory record without an 'intent'"),
+    ('{"intent": "x", "steps": "click"}\n', "line 1: 'steps' must be a list"),
+    ('{"intent": "x", "steps": [{"observation": "o"}]}\n', "step 0 without a 'response'"),
+    ('[{"intent": "x", "steps": []}, 3]', "item 1: a record must be a JSON object"),
+    ('{"hello": 1}\n', "neither a trajectory"),
+])
+def test_broken_demonstration_files_name_file_and_line(tmp_path, content, message):
+    path = tmp_path / "demos.jsonl"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message) as err:
+        train_bc.load_records(str(path))
+    assert str(path) in str(err.value)
+
+
+def test_bad_model_specs_say_what_to_give():
+    with pytest.raises(ValueError, match="layers='abc': expected a positive integer"):
+        policy.load("tiny:layers=abc", device="cpu")
+    with pytest.raises(ValueError, match="no such directory.*tiny"):
+        policy.load("/no/such/checkpoint", device="cpu")

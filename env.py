@@ -1111,14 +1111,19 @@ class BrowserPool:
             args.append("--no-sandbox")                # Chromium refuses to run its sandbox as root
         return args
 
-    async def get_browser(self) -> Any:
-        """The connected browser, launched (again) when there is none or it died."""
+    async def get_browser(self, stale: Any = None) -> Any:
+        """The connected browser, launched (again) when there is none or it died. ``stale``: a browser the
+        caller found unusable; if it is still the current one it is replaced (several envs may report the
+        same dead browser: the first relaunches, the others get the new one)."""
         async with self._lock:
-            if self.browser is not None and self.browser.is_connected():
+            if self.browser is not None and self.browser.is_connected() and self.browser is not stale:
                 return self.browser
             if self.browser is not None:
                 with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
                     await asyncio.wait_for(self.browser.close(), 5)
+                # the browser died: Playwright's driver process may have died with it (or killed it), and a
+                # dead driver refuses every later launch ("Connection closed"): start a fresh driver too
+                await self._stop_playwright()
             if self._pw is None:
                 from playwright.async_api import async_playwright
                 self._pw = await asyncio.wait_for(async_playwright().start(), self.launch_timeout_s)
@@ -1130,6 +1135,12 @@ class BrowserPool:
             self.launches += 1
             log.info("launched Chromium %s (%s), launch #%d", self.browser.version, exe or "bundled", self.launches)
             return self.browser
+
+    async def _stop_playwright(self) -> None:
+        if self._pw is not None:
+            with contextlib.suppress(Exception):   # a dead driver fails here in its own ways; it is gone anyway
+                await asyncio.wait_for(self._pw.stop(), 10)
+            self._pw = None
 
     async def new_env(self, **kwargs: Any) -> "WebEnv":
         """A new environment on this pool; kwargs go to WebEnv (max_obs_chars, max_repeats, ...)."""
@@ -1157,10 +1168,7 @@ class BrowserPool:
             with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.browser.close(), 10)
             self.browser = None
-        if self._pw is not None:
-            with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
-                await asyncio.wait_for(self._pw.stop(), 10)
-            self._pw = None
+        await self._stop_playwright()
 
 
 # ---- web environment: reset / step ----
@@ -1267,7 +1275,16 @@ class WebEnv:
             service_workers="block", locale="en-US")
         if task.storage_state:
             kwargs["storage_state"] = task.storage_state
-        ctx = await self._w(browser.new_context(**kwargs))
+        try:
+            ctx = await self._w(browser.new_context(**kwargs))
+        except PlaywrightError as e:
+            if "closed" not in str(e).lower():
+                raise
+            # the browser is gone although it reads as connected: Playwright's driver process died (it does
+            # not report that to the browser object). Relaunch both, once, and carry on.
+            log.warning("browser unreachable (%s); relaunching Playwright and Chromium", _first_line(e))
+            browser = await self.pool.get_browser(stale=browser)
+            ctx = await self._w(browser.new_context(**kwargs))
         ctx.set_default_timeout(self.action_timeout_ms)
         ctx.set_default_navigation_timeout(self.nav_timeout_ms)
         # only requests outside the allowed hosts reach Python (a regex matched in the driver), and those the

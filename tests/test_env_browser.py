@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -174,6 +175,40 @@ def test_killed_browser_ends_episode_and_pool_relaunches(run):
     assert "okay" in obs.text or "<button" in obs.text
     assert obs2.intent.startswith("Enter the username")
     assert launches == 2 and new_pid not in (None, pid)
+
+
+def _driver_pid() -> int | None:
+    """Playwright's driver process (node ... cli.js run-driver), a child of this test process."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmd = (proc / "cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == os.getpid() and b"playwright" in cmd and b"run-driver" in cmd:
+                return int(proc.name)
+    return None
+
+
+def test_killed_playwright_driver_is_restarted(run):
+    """The driver process dying leaves the browser object reading as connected; the pool notices when a
+    context cannot be made, starts a new driver and browser, and the next reset works."""
+    async def go():
+        async with env.BrowserPool() as p:
+            e = await p.new_env()
+            await e.reset(task("click-button", 4))
+            pid = _driver_pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            r = await e.step('do(action="Click", element="0")')
+            obs = await e.reset(task("click-button", 5))
+            others = [await (await p.new_env()).reset(task("focus-text", k)) for k in range(2)]
+            return r, obs, others, p.launches, _driver_pid()
+    r, obs, others, launches, new_driver = run(go(), timeout=120)
+    assert r.done and r.info["done_reason"] == "crash"
+    assert obs.intent and all(o.intent for o in others)
+    assert launches == 2 and new_driver is not None
 
 
 def test_closed_context_and_crashed_page_end_episode(run, pool):

@@ -1002,11 +1002,18 @@ register_family(MiniWoBFamily())
 class WebArenaFamily(TaskFamily):
     """WebArena / WebArena-Lite configs (``load`` = load_webarena_tasks of a config path): the agent's
     exit(message) is scored by the rubric ``evaluate`` with the env's judge and helpers (per-type scores and
-    the reasons for a 0 in info["eval"]); results are grouped by site as in the paper's Table 2."""
+    the reasons for a 0 in info["eval"]); results are grouped by site as in the paper's Table 2.
+    ``rubric``: "vab" (the paper's evaluator, default) or "webarena"; one env's choice:
+    ``pool.new_env(families=[WebArenaFamily(rubric="webarena")])``."""
     name = "webarena"
     #: Column names of the paper's Table 2; a task on several sites ("shopping+reddit") is "Multi-site".
     site_names = {"reddit": "Reddit", "gitlab": "GitLab", "shopping_admin": "CMS", "map": "Map",
                   "shopping": "Shopping", "wikipedia": "Wikipedia"}
+
+    def __init__(self, rubric: str = "vab") -> None:
+        if rubric not in ("vab", "webarena"):          # env.RUBRICS, defined further down
+            raise ValueError(f"unknown rubric {rubric!r} (expected 'vab' or 'webarena')")
+        self.rubric = rubric
 
     def load(self, body: str) -> list[Task]:
         return load_webarena_tasks(body)
@@ -1014,7 +1021,7 @@ class WebArenaFamily(TaskFamily):
     async def score_exit(self, env: WebEnv, page: Any, task: Task, message: str | None,
                          info: dict[str, Any]) -> float:
         return float(await evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
-                                    details=info.setdefault("eval", {})))
+                                    rubric=self.rubric, details=info.setdefault("eval", {})))
 
     def column(self, task: Task) -> str:
         return "Multi-site" if "+" in task.site else self.site_names.get(task.site, task.site)
@@ -1193,8 +1200,8 @@ class WebEnv:
                  max_parse_failures: int = 5, viewport: tuple[int, int] = (1280, 720),
                  action_timeout_ms: int = 2_000, nav_timeout_ms: int = 15_000, load_timeout_ms: int = 5_000,
                  idle_cap_ms: int = 1_000, eval_timeout_s: float = 10.0, wait_s: float = 1.0,
-                 tab_header: str = "auto", reuse_context: bool = True, families: Sequence[TaskFamily] = (),
-                 judge: Any = None, helpers: Any = None) -> None:
+                 tab_header: str = "auto", reuse_context: bool = True, max_context_episodes: int = 50,
+                 families: Sequence[TaskFamily] = (), judge: Any = None, helpers: Any = None) -> None:
         self.pool = pool
         self.max_obs_chars = max_obs_chars      # observation cap in characters (never cuts the intent)
         self.max_repeats = max_repeats          # K: stop after K identical actions in a row
@@ -1208,6 +1215,11 @@ class WebEnv:
         self.wait_s = wait_s                    # duration of the "Wait" action
         self.tab_header = tab_header            # "auto": tab list in the text only when >1 tab; "always"; "never"
         self.reuse_context = reuse_context      # keep context+tab between episodes where the family allows it
+        # ... but at most this many episodes on one context: Playwright keeps every Request, Response and
+        # Route of a context alive until it closes (15 objects, ~65 KB, per MiniWoB episode measured), and so
+        # does Chromium's renderer; a fresh context every 50 episodes bounds both and costs ~0.3%.
+        self.max_context_episodes = max_context_episodes
+        self._context_episodes = 0
         # this env's own families by name, used instead of the registered ones, e.g.
         # families=[MiniWoBFamily(success="perfect")] (see MiniWoBFamily for its options)
         self.families = {f.name: f for f in families}
@@ -1485,6 +1497,8 @@ class WebEnv:
             return False
         if self._family is not fam or task.storage_state or self._crash:
             return False
+        if self._context_episodes >= self.max_context_episodes:
+            return False
         if fam.hosts(task) != self._allowed:               # the request router was built for those hosts
             return False
         browser = self.pool.browser
@@ -1521,8 +1535,10 @@ class WebEnv:
         self._allowed = fam.hosts(task)
         if reuse:
             page = await self._reuse_tab(prev, task, fam)
+            self._context_episodes += 1
         else:
             self.context = await self._new_context(task, fam)
+            self._context_episodes = 1
             urls = [u.strip() for u in task.start_url.split(" |AND| ") if u.strip()]
             page = None
             for url in urls:                        # WebArena: several start tabs; the first is active
@@ -1882,34 +1898,30 @@ async def _manual_check(spec: str, seed: int = 0, headless: bool = True) -> None
 # ---- WebArena tasks and rubrics ----
 # Owned by the WebArena helper (config loading + rubric functions). The rest of env.py calls only:
 #   load_webarena_tasks(path) -> list[Task]        (used by load_tasks for a JSON path)
-#   async evaluate(task, page, answer, judge=None, helpers=None) -> float in {0.0, 1.0}
+#   async evaluate(task, page, answer, *, judge=None, helpers=None, rubric="vab") -> float in {0.0, 1.0}
 #                                                   (called by WebArenaFamily.score_exit on exit())
 #
-# Semantics follow WebArena's evaluation_harness and WebArena-Lite (VisualAgentBench), re-implemented:
+# Loading (both rubrics read the same Task):
 # - Site placeholders (__SHOPPING__, __SHOPPING_ADMIN__, __REDDIT__, __GITLAB__, __MAP__, __WIKIPEDIA__,
 #   __HOMEPAGE__) come from the environment: WA_<NAME> if set, else WebArena's own <NAME> (SHOPPING, ...).
 #   They are substituted at load in start_url and in the whole eval dict; a missing variable is a load error.
 # - Task.allowed_hosts = the hostnames of the start tabs, of reference_url / program_html URLs, and of every
 #   site in `sites` whose URL variable is set (cross-site tasks start on one site and finish on another).
 #   Hostnames only, no ports: a WebArena site's pages, map tiles and APIs share a host on several ports.
-# - string_match: answers are normalised like WebArena (strip, one pair of quotes, lower case).
-#   must_include / must_exclude: a reference that is one token must match a whole token of the answer
-#   (so "0" is not found in "10"; WebArena-Lite's rule), longer ones are substrings; " |OR| " = alternatives.
-#   one_of: any reference is a substring. required_values: the answer is a number and satisfies every
-#   inequality ("< 700", ">= 3 |OR| == 0"). fuzzy_match (a list, joined with ", " as WebArena-Lite does)
-#   and "N/A" (an answer other than N/A goes to the judge with eval.string_note) need `judge`.
-# - url_match: url_note "GOLD in PRED" (WebArena's default: the reference's host+path is a substring of the
-#   page's, and every reference query parameter is present) or "EXACT" (equal after normalisation:
-#   trailing slash, localhost = 127.0.0.1, default port, case of scheme and host). " |OR| " = alternatives,
-#   each checked on its own (WebArena pools the alternatives' query parameters; we do not).
-# - program_html: url "last" = the agent's page; another URL (or `func:helper(...)` returning one) is opened
-#   in a fresh context that holds a copy of the agent's cookies and local storage, checked, and closed, so
-#   the agent's tabs are untouched (WebArena navigates the agent's page instead; a new tab of the agent's
-#   own context would become the env's active tab). locator "" = page.content() (the HTML, as WebArena), a
-#   `document.` / `[...document.` JS expression from the config, or `func:name(args)` calling
-#   helpers[name](page, *args) (sync or async). The call is parsed, never eval()ed: args are quoted strings,
-#   numbers, True/False/None, `__page__` (dropped: the page is always the first argument) and
-#   `__last_url__` (the agent's page URL, also replaced inside strings).
+# - storage_state "" or null = none (97 map tasks of WebAgent-R1's training file have ""). Shapes that an
+#   evaluator raises on (a lone must_include string, url_note null) load and score 0 when evaluated;
+#   unknown keys, eval types, url_note rules and locators are load errors.
+# Scoring: ``rubric`` picks VisualAgentBench's WebArena-Lite evaluators ("vab", the paper's) or WebArena's
+# original ones ("webarena"), each reproduced with its quirks; the rules and their differences are in the
+# comments below and in README.md ("Rubrics"). Common to both:
+# - program_html: url "last" = the page now; another URL (or `func:helper(...)` returning one) is opened in a
+#   probe page of a fresh context that holds a copy of the agent's cookies and local storage, so the agent's
+#   tabs are untouched (the originals navigate the agent's page; a new tab of the agent's own context would
+#   become the env's active tab); later "last" targets read the probe page, as they read the navigated page
+#   there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, or
+#   `func:name(args)` calling helpers[name](page, *args) (sync or async). The call is parsed, never
+#   eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the page is always the
+#   first argument) and `__last_url__` (the page's URL, also replaced inside strings).
 # - A judge or helper that is needed but missing scores 0 and logs a warning; every failed check leaves a
 #   reason in `details["reasons"]` when the caller passes a `details` dict. Scores of eval types multiply.
 # - require_reset and require_login are recorded, not acted on: resetting a WebArena site between tasks
@@ -1984,8 +1996,8 @@ def _substitute_tree(obj: Any, where: str) -> Any:
 
 
 def _str_list(value: Any, where: str) -> list[str]:
-    """A non-empty list of strings (numbers are turned into strings; a lone string is a one-item list, as
-    in WebArena-Lite's task 81)."""
+    """A non-empty list of strings (numbers are turned into strings; a lone string, as in WebArena-Lite's
+    task 81, is checked as a one-item list)."""
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = [value]
     if not isinstance(value, list) or not value:
@@ -2007,17 +2019,13 @@ def _check_reference(key: str, value: Any, where: str) -> Any:
     if key == "fuzzy_match" and value == "N/A":
         return value
     items = _str_list(value, where)
-    if key == "must_exclude":
-        for i, item in enumerate(items):
-            if _OR in item:
-                raise _ConfigError(f"{where}[{i}]", f"{item!r}: must_exclude takes no '{_OR.strip()}' "
-                                                    f"alternatives (list each excluded phrase on its own)")
     if key == "required_values":
         for i, item in enumerate(items):
             for alt in item.split(_OR):
                 if not _INEQUALITY.match(alt):
                     raise _ConfigError(f"{where}[{i}]", f"{alt!r} is not an inequality like '< 700' or '== 3'")
-    return items
+    # a lone string stays one: both evaluators assert a list there and score such a task 0
+    return value if isinstance(value, str) else items
 
 
 def _check_url(url: str, where: str, *, allow_file: bool = False) -> str:
@@ -2151,10 +2159,9 @@ def _check_eval(ev: Any) -> dict:
             raise _ConfigError("eval.reference_url", f"url_match needs a URL (alternatives joined by '{_OR}'), got {ref!r}")
         for alt in ref.split(_OR):
             _check_url(alt, "eval.reference_url", allow_file=True)
-        rule = ev.get("url_note") or "GOLD in PRED"
-        if rule not in _URL_RULES:
+        rule = ev.get("url_note")
+        if rule not in (None, "", *_URL_RULES):     # null and "" load: both evaluators raise on them (score 0)
             raise _ConfigError("eval.url_note", f"unknown rule {rule!r} (expected one of {list(_URL_RULES)})")
-        out["url_note"] = rule
     if "program_html" in types:
         out["program_html"] = _check_program_html(ev.get("program_html"), "eval.program_html")
     return out
@@ -2179,8 +2186,9 @@ def _webarena_task(raw: dict) -> Task:
         if not isinstance(raw.get(key, False), bool):
             raise _ConfigError(key, f"expected true or false, got {raw[key]!r}")
     storage = raw.get("storage_state")
-    if storage is not None and (not isinstance(storage, str) or not storage.strip()):
-        raise _ConfigError("storage_state", f"expected a file path or null, got {storage!r}")
+    if storage is not None and not isinstance(storage, str):
+        raise _ConfigError("storage_state", f"expected a file path, \"\" or null, got {storage!r}")
+    storage = (storage or "").strip()      # "" = no storage state, as the paper's code reads it
     old = raw.get("old_task_id")
     if old is not None and (isinstance(old, bool) or not isinstance(old, (int, str))):
         raise _ConfigError("old_task_id", f"expected an int or a string, got {old!r}")
@@ -2233,134 +2241,268 @@ def load_webarena_tasks(path: str) -> list[Task]:
     return tasks
 
 
-# ---- WebArena tasks and rubrics: rubric primitives ----
+# ---- WebArena tasks and rubrics: the evaluators' string rules ----
+# Two rubrics, each a re-implementation of one published evaluator, verdict for verdict:
+#   "vab": VisualAgentBench's WebArena-Lite evaluators (VAB-WebArena-Lite/new/evaluators.py), the paper's;
+#   "webarena": WebArena's original evaluation_harness/evaluators.py.
+# Where the original raises (an assert, a type check, an unknown rule), its run loop records no score and
+# the task counts as failed: here it scores 0 with the reason in details["reasons"] (_Crash).
 
-_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+|[^\w\s]")
+RUBRICS = ("vab", "webarena")
+_URL_DEFAULT = {"vab": "EXACT", "webarena": "GOLD in PRED"}     # url_match without a url_note
 
 
-def _clean_answer(text: str) -> str:
-    """WebArena's normalisation: strip, drop one pair of enclosing quotes, lower case."""
-    text = str(text).strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+class _Crash(ValueError):
+    """The original evaluator raises here; the task scores 0."""
+
+
+def _clean(text: str, rubric: str) -> str:
+    """clean_answer: WebArena strips whitespace first, VAB does not; then one pair of enclosing quotes goes
+    and the text is lower-cased, e.g. ``_clean(' "Bob" ', "webarena") == "bob"``, ``_clean(' "Bob" ', "vab")
+    == ' "bob" '``, ``_clean("'", "vab") == ""``."""
+    if rubric == "webarena":
+        text = text.strip()
+    if text[:1] in ("'", '"') and text.endswith(text[:1]):
         text = text[1:-1]
     return text.lower()
 
 
-def _includes(pred: str, ref: str) -> bool:
-    """``ref`` occurs in ``pred`` (both cleaned); a one-token ``ref`` must be a whole token of ``pred``."""
-    ref_c = _clean_answer(ref)
-    ref_tokens = _TOKEN.findall(ref_c)
-    if len(ref_tokens) == 1:
-        return ref_tokens[0] in _TOKEN.findall(_clean_answer(pred))
-    return ref_c in _clean_answer(pred)
+# NLTK's word_tokenize (both evaluators tokenize with it), re-implemented without NLTK and its data: the
+# Treebank rules of NLTKWordTokenizer, applied per sentence. Punkt's sentence split is approximated: a period
+# followed by white space ends a sentence, except after a number or a single letter when the next word starts
+# with a lower-case letter or with , ; : . ! ?, and after a single letter before any letter (punkt's
+# ordinal/initial heuristic). Punkt's abbreviation list and word statistics are not reproduced ("dr. who":
+# NLTK keeps "dr.", here "dr" "."). The evaluators tokenize lower-cased text only.
+_TB_FIRST = [(re.compile(p, re.I), r) for p, r in [
+    (r"([«“‘„]|`+)", r" \1 "), (r'^"', "``"), (r"(``)", r" \1 "), (r"([ (\[{<])(\"|'')", r"\1 `` "),
+    (r"(?<!\w)(')(?!(?:re|ve|ll|m|t|s|d|n)\b)(?=\w)", r"\1 "),
+    (r"([^.])(\.)([\])}>\"'»”’ ]*)\s*$", r"\1 \2 \3 "),                  # the sentence's final period
+    (r"([:,])([^\d])", r" \1 \2"), (r"([:,])$", r" \1 "), (r"\.{2,}", r" \g<0> "), (r"[;@#$%&]", r" \g<0> "),
+    (r"[\u2012-\u2015]", r" \g<0> "), (r"[?!]", r" \g<0> "), (r"([^'])' ", r"\1 ' "), (r"[*]", r" \g<0> "),
+    (r"[\][(){}<>]", r" \g<0> "), (r"--", r" -- ")]]
+_TB_LAST = [(re.compile(p, re.I), r) for p, r in [
+    (r"([»”’])", r" \1 "), (r"''", " '' "), (r'"', " '' "), (r"\s+", " "),
+    (r"([^' ])('s|'m|'d|') ", r"\1 \2 "), (r"([^' ])('ll|'re|'ve|n't) ", r"\1 \2 "),
+    (r"\b(can)(not)\b", r" \1 \2 "), (r"\b(d)('ye)\b", r" \1 \2 "), (r"\b(gim)(me)\b", r" \1 \2 "),
+    (r"\b(gon)(na)\b", r" \1 \2 "), (r"\b(got)(ta)\b", r" \1 \2 "), (r"\b(lem)(me)\b", r" \1 \2 "),
+    (r"\b(more)('n)\b", r" \1 \2 "), (r"\b(wan)(na)(?=\s)", r" \1 \2 "), (r" ('t)(is)\b", r" \1 \2 "),
+    (r" ('t)(was)\b", r" \1 \2 ")]]
+_SENTENCE_END = re.compile(r"(?<=[^\s.])\.\s+(?=(\S?))")
+_NUMBER = re.compile(r"-?[.,]?\d[\d,.-]*")
 
 
-def _as_number(text: str) -> float | None:
-    text = _clean_answer(text).replace(",", "")
-    return float(text) if re.fullmatch(r"-?\d+(?:\.\d+)?", text) else None
+def word_tokenize(text: str) -> list[str]:
+    """NLTK's word_tokenize as the evaluators use it, e.g. ``word_tokenize("it costs $25.99, not 10.")
+    == ["it", "costs", "$", "25.99", ",", "not", "10", "."]``."""
+    sentences, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        words = text[start:m.start()].split()
+        word, nxt = words[-1], m.group(1)
+        initial = len(word) == 1 and word.isalpha()
+        lower_or_punct = nxt.islower() or (nxt != "" and nxt in ",;:.!?")
+        if not ((initial and nxt.isalpha()) or ((initial or _NUMBER.fullmatch(word)) and lower_or_punct)):
+            sentences.append(text[start:m.end()])
+            start = m.end()
+    sentences.append(text[start:])
+    tokens = []
+    for s in sentences:
+        for pattern, repl in _TB_FIRST:
+            s = pattern.sub(repl, s)
+        s = f" {s} "
+        for pattern, repl in _TB_LAST:
+            s = pattern.sub(repl, s)
+        tokens += s.split()
+    return tokens
 
 
-def _satisfies(value: float, inequality: str) -> bool:
-    op, num = _INEQUALITY.match(inequality).groups()
-    n, tol = float(num), 1e-8
-    return {"<=": value <= n + tol, ">=": value >= n - tol, "==": abs(value - n) <= tol,
-            "<": value < n, ">": value > n}[op]
+def _contains(ref: str, pred: str, rubric: str, *, tokenize: bool = True, slashes: bool = True) -> bool:
+    """must_include of one reference: a substring test, except for a reference that is one word token, which
+    must be a whole token of the answer (VAB: any such reference, and the parts of a token with '/' count as
+    tokens; WebArena: only a one-character reference, and only when ``tokenize``, i.e. the config lists one
+    reference). E.g. VAB ``"0"`` is not in ``"10 items"``; WebArena ``"cat"`` is in ``"concatenate"``."""
+    ref, pred = _clean(ref, rubric), _clean(pred, rubric)
+    if rubric == "vab":
+        one_token = len(word_tokenize(ref)) == 1
+    else:
+        one_token = tokenize and len(ref) == 1 and len(word_tokenize(ref)) == 1
+    if not one_token:
+        return ref in pred
+    tokens = word_tokenize(pred)
+    if rubric == "vab" and slashes:
+        tokens += [part for t in tokens if "/" in t for part in t.split("/")]
+    return ref in tokens
+
+
+def _to_int(value: Any) -> int | None:
+    """NumericEvaluator.str_2_int (VAB): strip, drop commas, int(); None if that fails ("3.5", "five")."""
+    try:
+        return int(value.strip().replace(",", ""))
+    except ValueError:
+        return None
+
+
+_VAB_OPS = (("<=", lambda x, y: x <= y + 1e-8), (">=", lambda x, y: x >= y - 1e-8),
+            ("==", lambda x, y: abs(x - y) <= 1e-8),
+            ("<", lambda x, y: x < y + 1e-8), (">", lambda x, y: x > y - 1e-8))   # strict ones include y
+
+
+def _inequality(value: int | float, inequality: str) -> bool:
+    """NumericEvaluator.compare_inequality (VAB), e.g. ``_inequality(700, "< 700") is True`` (the tolerance
+    makes "<" and ">" inclusive)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Crash(f"required_values compares numbers, got {value!r}")
+    for op, holds in _VAB_OPS:
+        if op in inequality:
+            return holds(value, float(inequality.split(op)[1].strip()))
+    raise _Crash(f"invalid inequality {inequality!r}")
+
+
+def _required_values(value: Any, refs: Any, where: str, reasons: list[str]) -> float:
+    if not isinstance(refs, list):
+        raise _Crash(f"{where}: VAB asserts a list, got {refs!r}")
+    if isinstance(value, str):
+        value = _to_int(value)
+    if value is None:
+        reasons.append(f"{where}: not an integer")
+        return 0.0
+    failed = [r for r in refs if not any(_inequality(value, alt) for alt in r.split(_OR))]
+    if failed:
+        reasons.append(f"{where}: {value!r} does not satisfy {failed!r}")
+    return 0.0 if failed else 1.0
+
+
+def _need_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _Crash(f"{where}: the evaluator needs a string here, got {value!r}")
+    return value
+
+
+def _need_list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise _Crash(f"{where}: the evaluator asserts a list, got {value!r}")
+    return value
+
+
+def _short(text: Any, n: int = 200) -> str:
+    text = str(text)
+    return text if len(text) <= n else text[:n] + f"... [{len(text)} chars]"
 
 
 async def _ask_judge(judge: Any, question: str, reference: str, answer: str, where: str,
-                     reasons: list[str]) -> bool:
-    """judge(question, reference, answer) -> score (sync or async); passes at >= 0.5."""
+                     reasons: list[str]) -> float:
+    """judge(question, reference, answer) -> score (sync or async); 1.0 at >= 0.5, else 0.0."""
     if judge is None:
         msg = f"{where}: needs a judge (fuzzy_match / N/A) but none was given; scored 0"
         _wa_log.warning(msg)
         reasons.append(msg)
-        return False
+        return 0.0
     result = judge(question, reference, answer)
     if inspect.isawaitable(result):
         result = await asyncio.wait_for(result, JUDGE_TIMEOUT_S)
-    ok = float(result) >= 0.5
-    if not ok:
+    if float(result) < 0.5:
         reasons.append(f"{where}: the judge scored {float(result):g} for answer {answer!r} vs {reference!r}")
-    return ok
+        return 0.0
+    return 1.0
 
 
-async def _check_contents(key: str, ref: Any, text: str, where: str, *, question: str, judge: Any,
-                          note: str | None, reasons: list[str]) -> bool:
-    """One reference kind against a text (the agent's answer, or what a program_html locator selected)."""
-    pred = _clean_answer(text)
-    if key == "exact_match":
-        ok = pred == _clean_answer(ref)
-        why = f"{_short(text)!r} != {ref!r}"
-    elif key == "must_include":
-        missing = [item for item in ref if not any(_includes(pred, alt) for alt in item.split(_OR))]
-        ok, why = not missing, f"missing {missing!r} in {_short(text)!r}"
-    elif key == "must_exclude":
-        present = [item for item in ref if _includes(pred, item)]
-        ok, why = not present, f"must not contain {present!r}: {_short(text)!r}"
-    elif key == "one_of":
-        ok, why = any(_clean_answer(v) in pred for v in ref), f"none of {ref!r} in {_short(text)!r}"
-    elif key == "required_values":
-        num = _as_number(text)
-        ok = num is not None and all(any(_satisfies(num, alt) for alt in item.split(_OR)) for item in ref)
-        why = f"{_short(text)!r} is not a number" if num is None else f"{num:g} does not satisfy {ref!r}"
-    elif key == "fuzzy_match":
-        if ref == "N/A":
-            if pred == "n/a":
-                return True
-            return await _ask_judge(judge, question, note or "N/A", text.strip(), f"{where} (N/A)", reasons)
-        if not pred:
-            ok, why = False, "empty answer"
-        else:
-            return await _ask_judge(judge, question, ", ".join(ref), text.strip(), where, reasons)
-    else:
-        raise ValueError(f"{where}: unknown reference kind {key!r}")
-    if not ok:
-        reasons.append(f"{where}: {why}")
-    return ok
+async def _string_match(task: Task, answer: str, rubric: str, judge: Any, reasons: list[str]) -> float:
+    """StringEvaluator: every reference kind in config order, scores multiplied. The answer is cleaned once
+    here and again by each check (as in both originals). VAB: required_values turns the answer into an int
+    for the kinds after it; one_of, must_exclude and required_values exist only there (WebArena ignores
+    them); fuzzy_match joins its references with ", " for one judge call (WebArena: a call per reference)."""
+    pred: Any = _clean(answer, rubric)
+    score = 1.0
+    for key, value in task.eval["reference_answers"].items():
+        where = f"string_match.{key}"
+        if key == "exact_match":
+            if pred is None:
+                raise _Crash(f"{where}: the answer is not an integer (None after required_values)")
+            ok = _clean(str(pred), rubric) == _clean(value, rubric)
+            score *= ok
+            if not ok:
+                reasons.append(f"{where}: {_short(answer)!r} != {value!r}")
+        elif key == "must_include":
+            for item in _need_list(value, where):
+                alts = item.split(_OR) if rubric == "vab" else [item]     # WebArena: |OR| is literal text
+                ok = any(_contains(alt, _need_str(pred, where), rubric, tokenize=len(value) == 1) for alt in alts)
+                score *= ok
+                if not ok:
+                    reasons.append(f"{where}: missing {item!r} in {_short(answer)!r}")
+        elif key == "fuzzy_match" and value == "N/A":
+            score *= _clean(_need_str(pred, where), rubric) == "n/a"
+            if score != 1:      # the reason is judged; a score of earlier kinds is replaced, as in both originals
+                note = task.eval.get("string_note")
+                score = await _ask_judge(judge, task.intent, _need_str(note, "eval.string_note"), pred,
+                                         f"{where} (N/A)", reasons)
+        elif key == "fuzzy_match":
+            refs = _need_list(value, where)
+            for ref in ([", ".join(refs)] if rubric == "vab" else refs):
+                score *= await _ask_judge(judge, task.intent, ref, _need_str(pred, where), where, reasons)
+        elif rubric == "webarena":
+            continue            # no such case in WebArena's StringEvaluator: the key is ignored
+        elif key == "required_values":
+            score *= _required_values(_need_str(pred, where), value, where, reasons)
+            pred = _to_int(pred)
+        elif key == "must_exclude":
+            present = [item for item in _need_list(value, where)
+                       if _contains(item, _need_str(pred, where), rubric, slashes=False)]
+            score *= not present
+            if present:
+                reasons.append(f"{where}: must not contain {present!r}: {_short(answer)!r}")
+        elif key == "one_of":
+            ok = any(_clean(v, rubric) in _need_str(pred, where) for v in _need_list(value, where))
+            score *= ok
+            if not ok:
+                reasons.append(f"{where}: none of {value!r} in {_short(answer)!r}")
+    return float(score)
 
 
-def _short(text: str, n: int = 200) -> str:
-    return text if len(text) <= n else text[:n] + f"... [{len(text)} chars]"
+# ---- WebArena tasks and rubrics: url_match ----
 
+def url_matches(page_url: str, reference_url: str, rule: str | None = None, rubric: str = "vab") -> bool:
+    """url_match of the agent's page URL; ``reference_url`` may hold alternatives joined by `` |OR| ``;
+    ``rule`` is the config's url_note, None when it has none (VAB then uses EXACT, WebArena GOLD in PRED).
 
-def _normalize_url(url: str) -> urllib.parse.SplitResult:
-    parts = urllib.parse.urlsplit(url.strip())
-    host = (parts.hostname or "").lower()
-    host = "127.0.0.1" if host == "localhost" else host
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is not None and (parts.scheme, port) not in (("http", 80), ("https", 443)):
-        host = f"{host}:{port}"
-    return parts._replace(scheme=parts.scheme.lower(), netloc=host, path=parts.path.rstrip("/"))
-
-
-def url_matches(page_url: str, reference_url: str, rule: str = "GOLD in PRED") -> bool:
-    """url_match for one page URL, e.g. ``url_matches("http://h/a/b/?q=1&x=2", "http://h/a/b?q=1")``;
-    ``reference_url`` may hold alternatives joined by `` |OR| ``."""
-    pred = _normalize_url(page_url)
-    for alt in reference_url.split(_OR):
-        ref = _normalize_url(alt)
+    VAB: "localhost" becomes "127.0.0.1" and one trailing "/" goes; EXACT = equal to an alternative,
+    GOLD in PRED = an alternative is a substring of the whole URL, query included:
+    ``url_matches("http://h/a/b?q=1&x=2", "http://h/a/b?q=1", "GOLD in PRED")`` is True, with the query
+    parameters swapped it is False. WebArena: every trailing "/" goes; only GOLD in PRED exists: an
+    alternative's host+path is a substring of the page's host+path, and each query parameter of ANY
+    alternative (pooled) has one of its values in the page's query. A rule the evaluator lacks raises
+    ``_Crash`` (a ValueError)."""
+    refs = reference_url.split(_OR)
+    if rubric == "vab":
+        def clean(u: str) -> str:
+            u = u.replace("localhost", "127.0.0.1")
+            return u[:-1] if u.endswith("/") else u
+        pred, refs = clean(page_url), [clean(r) for r in refs]
+        rule = _URL_DEFAULT["vab"] if rule is None else rule
         if rule == "EXACT":
-            if ref.geturl() == pred.geturl():
-                return True
-        elif rule == "GOLD in PRED":
-            pred_q = urllib.parse.parse_qs(pred.query, keep_blank_values=True)
-            ref_q = urllib.parse.parse_qs(ref.query, keep_blank_values=True)
-            if (ref.netloc + ref.path) in (pred.netloc + pred.path) and all(
-                    any(v in pred_q.get(k, []) for v in vals) for k, vals in ref_q.items()):
-                return True
-        else:
-            raise ValueError(f"unknown url_note {rule!r} (expected one of {list(_URL_RULES)})")
-    return False
+            return pred in refs
+        if rule == "GOLD in PRED":
+            return any(r in pred for r in refs)
+        raise _Crash(f"url_match: VAB has no url_note {rule!r}")
+    rule = _URL_DEFAULT["webarena"] if rule is None else rule
+    if rule != "GOLD in PRED":
+        raise _Crash(f"url_match: WebArena has no url_note {rule!r} (only 'GOLD in PRED')")
+    pred = urllib.parse.urlparse(page_url.rstrip("/"))
+    pred_query = urllib.parse.parse_qs(pred.query)
+    wanted: dict[str, set[str]] = {}
+    bases = []
+    for r in refs:
+        parts = urllib.parse.urlparse(r.rstrip("/"))
+        bases.append(parts.netloc + parts.path)
+        for k, vals in urllib.parse.parse_qs(parts.query).items():
+            wanted.setdefault(k, set()).update(vals)
+    return (any(b in pred.netloc + pred.path for b in bases)
+            and all(any(v in pred_query.get(k, []) for v in vals) for k, vals in wanted.items()))
 
 
 # ---- WebArena tasks and rubrics: program_html ----
 
-async def _call_helper(spec: str, page: Any, last_url: str, helpers: dict, where: str,
-                       reasons: list[str]) -> Any:
-    """Run ``func:name(args)`` as helpers[name](page, *args); None (with a reason) if it is not supplied."""
+async def _call_helper(spec: str, page: Any, helpers: dict, where: str, reasons: list[str]) -> Any:
+    """Run ``func:name(args)`` as helpers[name](page, *args) with __last_url__ = ``page.url``; None (with a
+    reason) if it is not supplied. A helper that raises crashes the original evaluator: _Crash."""
     name, args = parse_helper_call(spec)
     fn = helpers.get(name)
     if fn is None:
@@ -2372,40 +2514,86 @@ async def _call_helper(spec: str, page: Any, last_url: str, helpers: dict, where
     for a in args:
         if isinstance(a, _Bare):
             if a == _LAST_URL_ARG:
-                call_args.append(last_url)
+                call_args.append(page.url)
             # a bare __page__ is dropped: the page is always the first argument
         elif isinstance(a, str):
-            call_args.append(a.replace(_LAST_URL_ARG, last_url))
+            call_args.append(a.replace(_LAST_URL_ARG, page.url))
         else:
             call_args.append(a)
-    result = fn(page, *call_args)
-    if inspect.isawaitable(result):
-        result = await asyncio.wait_for(result, CHECK_TIMEOUT_S)
+    try:
+        result = fn(page, *call_args)
+        if inspect.isawaitable(result):
+            result = await asyncio.wait_for(result, CHECK_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001  (any error of a helper is the original's crash)
+        raise _Crash(f"{where}: helper {name!r} raised {type(e).__name__}: {_first_line(e)}") from None
     return result
 
 
-async def _select(page: Any, target: dict, last_url: str, helpers: dict, where: str,
-                  reasons: list[str]) -> str | None:
-    """What a program_html locator selects on ``page``, as text (None if a helper is missing)."""
-    from playwright.async_api import Error as PlaywrightError
-    locator = target.get("locator", "").strip()
-    if not locator:
-        return _html.unescape(await page.content())
-    if locator.startswith("func:"):
-        result = await _call_helper(locator[5:], page, last_url, helpers, f"{where}.locator", reasons)
-        return None if result is None else _html.unescape(str(result))
-    for prep in target.get("prep_actions", []):
+async def _select(page: Any, target: dict, rubric: str, helpers: dict, where: str, reasons: list[str]) -> Any:
+    """What a locator selects: "" = page.content(); a ``document.`` JS expression = str() of its value after
+    the prep_actions (the first failing one ends them; a throwing locator selects ""; null selects "None");
+    ``func:`` = the helper's value as it is. WebArena then HTML-unescapes the selection; VAB does not."""
+    locator = target.get("locator", "")
+    if not locator.strip():
+        selected: Any = await page.content()
+    elif locator.startswith("func:"):
+        selected = await _call_helper(locator[5:], page, helpers, f"{where}.locator", reasons)
+    else:
         try:
-            await asyncio.wait_for(page.evaluate(f"() => {prep}"), CHECK_TIMEOUT_S)
+            for prep in target.get("prep_actions", []):
+                await asyncio.wait_for(page.evaluate(f"() => {prep}"), CHECK_TIMEOUT_S)
         except (PlaywrightError, asyncio.TimeoutError) as e:
-            reasons.append(f"{where}.prep_actions: {prep!r} failed: {str(e).splitlines()[0]}")
-    try:
-        result = await asyncio.wait_for(page.evaluate(f"() => {locator}"), CHECK_TIMEOUT_S)
-    except (PlaywrightError, asyncio.TimeoutError) as e:
-        # WebArena's rule: a locator that throws means the page is not the expected one -> ""
-        reasons.append(f"{where}.locator: {locator!r} failed on {page.url}: {str(e).splitlines()[0] if str(e) else 'timeout'}")
-        return ""
-    return _html.unescape("" if result is None else str(result))
+            reasons.append(f"{where}.prep_actions failed: {_first_line(e)}")
+        try:
+            selected = str(await asyncio.wait_for(page.evaluate(f"() => {locator}"), CHECK_TIMEOUT_S))
+        except (PlaywrightError, asyncio.TimeoutError) as e:    # the original's rule: the page is wrong -> ""
+            reasons.append(f"{where}.locator: {locator!r} failed on {page.url}: {_first_line(e) or 'timeout'}")
+            selected = ""
+    if rubric == "webarena":
+        if not isinstance(selected, str):
+            raise _Crash(f"{where}: WebArena HTML-unescapes the selection, which is {selected!r}")
+        selected = _html.unescape(selected)
+    return selected
+
+
+async def _required_contents(task: Task, target: dict, selected: Any, rubric: str, judge: Any, where: str,
+                             reasons: list[str]) -> float:
+    """One target's required_contents, the first kind present of exact_match, must_include, must_exclude,
+    required_values, fuzzy_match (WebArena: only the first two; the others raise). The selection is not
+    cleaned first (exact_match and must_include clean it, WebArena's strip included)."""
+    contents = target["required_contents"]
+    key = next(k for k in _CONTENT_KEYS if k in contents)
+    ref, where = contents[key], f"{where}.required_contents.{key}"
+    if rubric == "webarena" and key not in ("exact_match", "must_include"):
+        raise _Crash(f"{where}: WebArena's program_html has no {key!r}")
+    if key == "exact_match":
+        if isinstance(selected, bool) or not isinstance(selected, (str, int)):
+            raise _Crash(f"{where}: exact_match takes a string or an int, got {selected!r}")
+        ok = _clean(str(selected), rubric) == _clean(ref, rubric)
+        if not ok:
+            reasons.append(f"{where}: {_short(selected)!r} != {ref!r}")
+        return float(ok)
+    if key == "required_values":
+        return _required_values(selected, ref, where, reasons)
+    if key == "fuzzy_match":
+        return await _ask_judge(judge, task.intent, ", ".join(_need_list(ref, where)), _need_str(selected, where),
+                                where, reasons)
+    selected = _need_str(selected, where)
+    if key == "must_include":
+        missing = [item for item in _need_list(ref, where)
+                   if not any(_contains(alt, selected, rubric, tokenize=False) for alt in item.split(_OR))]
+        if missing:
+            reasons.append(f"{where}: missing {missing!r} in {_short(selected)!r}")
+        return 0.0 if missing else 1.0
+    present = []                                            # must_exclude
+    for item in _need_list(ref, where):
+        if _OR in item:
+            raise _Crash(f"{where}: VAB asserts no '|OR|' in {item!r}")
+        if _contains(item, selected, rubric, slashes=False):
+            present.append(item)
+    if present:
+        reasons.append(f"{where}: must not contain {present!r}: {_short(selected)!r}")
+    return 0.0 if present else 1.0
 
 
 async def _open_probe(page: Any) -> tuple[Any, Any]:
@@ -2426,58 +2614,62 @@ async def _open_probe(page: Any) -> tuple[Any, Any]:
         raise
 
 
-async def _program_html(task: Task, page: Any, judge: Any, helpers: dict, reasons: list[str]) -> float:
-    from playwright.async_api import Error as PlaywrightError, TimeoutError as PlaywrightTimeoutError
-    last_url = page.url
-    for i, target in enumerate(task.eval.get("program_html") or []):
-        where = f"program_html[{i}]"
-        url = substitute_placeholders(target["url"].strip())
-        if url.startswith("func:"):
-            url = await _call_helper(url[5:], page, last_url, helpers, f"{where}.url", reasons)
-            if url is None:
-                return 0.0
-            url = str(url)
-        if url == "last":
-            selected = await _select(page, target, last_url, helpers, where, reasons)
-        else:
-            probe_ctx, probe = await _open_probe(page)
-            try:
+async def _program_html(task: Task, page: Any, rubric: str, judge: Any, helpers: dict,
+                        reasons: list[str]) -> float:
+    """HTMLContent(Exact)Evaluator: the targets in order, scores multiplied. The originals navigate the agent's
+    page to a target's URL, so a later "last" target (and __last_url__) sees that page: here the navigation
+    happens in one probe page holding the agent's cookies, which then stands for "last"."""
+    current, probe_ctx, probe = page, None, None
+    try:
+        for i, target in enumerate(task.eval["program_html"]):
+            where = f"program_html[{i}]"
+            url = substitute_placeholders(target["url"].strip())
+            if url.startswith("func:"):
+                url = await _call_helper(url[5:], current, helpers, f"{where}.url", reasons)
+                if url is None:
+                    return 0.0
+                url = str(url)
+            if url != "last":
+                if probe is None:
+                    probe_ctx, probe = await _open_probe(page)
                 try:
                     await probe.goto(url, wait_until="load", timeout=NAV_TIMEOUT_MS)
                 except PlaywrightError as e:  # includes Playwright's TimeoutError
-                    msg = f"{where}.url: cannot open {url}: {str(e).splitlines()[0]}; scored 0"
-                    _wa_log.warning(msg)
-                    reasons.append(msg)
-                    return 0.0
-                try:
+                    raise _Crash(f"{where}.url: cannot open {url}: {_first_line(e)}") from None
+                with contextlib.suppress(PlaywrightTimeoutError):   # a page that keeps polling is read as it is
                     await probe.wait_for_load_state("networkidle", timeout=SETTLE_TIMEOUT_MS)
-                except PlaywrightTimeoutError:
-                    pass  # a page that keeps polling is checked as it is now
-                selected = await _select(probe, target, last_url, helpers, where, reasons)
-            finally:
-                with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
-                    await asyncio.wait_for((probe_ctx or probe).close(), CHECK_TIMEOUT_S)
-        if selected is None:
-            return 0.0
-        (key, ref), = target["required_contents"].items()
-        if not await _check_contents(key, ref, selected, f"{where}.required_contents.{key}",
-                                     question=task.intent, judge=judge, note=None, reasons=reasons):
-            return 0.0
-    return 1.0
+                current = probe
+            selected = await _select(current, target, rubric, helpers, where, reasons)
+            if selected is None:        # VAB: "the page is wrong"; WebArena crashed on it in _select
+                reasons.append(f"{where}: the locator selected nothing (None)")
+                return 0.0
+            if not await _required_contents(task, target, selected, rubric, judge, where, reasons):
+                return 0.0
+        return 1.0
+    finally:
+        if probe is not None:
+            with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
+                await asyncio.wait_for((probe_ctx or probe).close(), CHECK_TIMEOUT_S)
 
 
 # ---- WebArena tasks and rubrics: evaluate ----
 
-async def evaluate(task: Task, page: Any, answer: str | None, judge: Any = None, helpers: Any = None,
-                   *, details: dict | None = None) -> float:
-    """WebArena rubric: string_match / url_match / program_html, scores multiplied; 0.0 or 1.0.
+async def evaluate(task: Task, page: Any, answer: str | None, *, judge: Any = None, helpers: Any = None,
+                   rubric: str = "vab", details: dict | None = None) -> float:
+    """A WebArena task's binary score: its eval types (string_match / url_match / program_html) in config
+    order, scores multiplied; 0.0 or 1.0. ``rubric``: "vab" (default; VisualAgentBench's WebArena-Lite
+    evaluators, which scored the paper) or "webarena" (WebArena's original ones); README: "Rubrics".
 
-    ``answer`` is the exit() message (None = no answer). ``judge(question, reference, answer) -> float``
-    (sync or async) scores fuzzy_match and N/A; ``helpers`` maps ``func:`` names to ``fn(page, *args)``.
-    Pass ``details={}`` to get ``{"scores": {eval_type: 0/1 or None if skipped}, "reasons": [...]}``, e.g.
-    ``await evaluate(task, env.page, "Alice", details=d)`` -> 0.0 with d["reasons"] ==
-    ["string_match.reference_answers.exact_match: 'alice' != 'Bob'"]."""
+    ``answer`` is the exit() message as the agent wrote it (None = ""). ``judge(question, reference, answer)
+    -> float`` (sync or async) scores fuzzy_match and N/A; ``helpers`` maps ``func:`` names to
+    ``fn(page, *args)``. Where the original evaluator raises on the config or a value, the task scores 0 and
+    the reason says so. Pass ``details={}`` to get ``{"rubric": ..., "scores": {eval_type: 0/1, or None when
+    skipped after a 0}, "reasons": [...]}``, e.g. ``await evaluate(task, env.page, "Alice", details=d)`` -> 0.0
+    with d["reasons"] == ["string_match.exact_match: 'Alice' != 'Bob'"]."""
+    if rubric not in RUBRICS:
+        raise ValueError(f"unknown rubric {rubric!r} (expected one of {list(RUBRICS)})")
     details = {} if details is None else details
+    details["rubric"] = rubric
     reasons: list[str] = details.setdefault("reasons", [])
     scores: dict[str, float | None] = details.setdefault("scores", {})
     types = (task.eval or {}).get("eval_types") or []
@@ -2488,30 +2680,29 @@ async def evaluate(task: Task, page: Any, answer: str | None, judge: Any = None,
         if total == 0.0:  # scores multiply: skip the rest (judge calls and page loads cost)
             scores[kind] = None
             continue
-        if kind == "string_match":
-            score = 1.0
-            refs = task.eval["reference_answers"]
-            # cheap checks first, the judge last
-            for key in sorted(refs, key=lambda k: k == "fuzzy_match"):
-                if not await _check_contents(key, refs[key], answer or "", f"string_match.reference_answers.{key}",
-                                             question=task.intent, judge=judge,
-                                             note=task.eval.get("string_note"), reasons=reasons):
-                    score = 0.0
-                    break
-        elif kind == "url_match":
-            rule = task.eval.get("url_note") or "GOLD in PRED"
-            ref = substitute_placeholders(task.eval["reference_url"])
-            score = float(url_matches(page.url, ref, rule))
-            if not score:
-                reasons.append(f"url_match ({rule}): {page.url} vs {ref}")
-        elif kind == "program_html":
-            score = await _program_html(task, page, judge, dict(helpers or {}), reasons)
-        else:
-            raise ValueError(f"task {task.task_id}: eval.eval_types: unknown type {kind!r}")
+        try:
+            if kind == "string_match":
+                score = await _string_match(task, answer or "", rubric, judge, reasons)
+            elif kind == "url_match":
+                ev = task.eval
+                if "url_note" in ev and ev["url_note"] is None:
+                    raise _Crash("url_match: url_note is null (both originals raise; WebAgent-R1's own copy of "
+                                 "the VAB evaluator reads it as EXACT)")
+                ref = substitute_placeholders(ev["reference_url"])
+                score = float(url_matches(page.url, ref, ev.get("url_note"), rubric))
+                if not score:
+                    reasons.append(f"url_match ({ev.get('url_note', _URL_DEFAULT[rubric])}): {page.url} vs {ref}")
+            elif kind == "program_html":
+                score = await _program_html(task, page, rubric, judge, dict(helpers or {}), reasons)
+            else:
+                raise ValueError(f"task {task.task_id}: eval.eval_types: unknown type {kind!r}")
+        except _Crash as e:
+            reasons.append(f"{e} -- the {rubric} evaluator raises here; scored 0")
+            score = 0.0
         scores[kind] = score
         total *= score
     if total == 0.0 and reasons:
-        _wa_log.info("task %s scored 0: %s", task.task_id, "; ".join(reasons))
+        _wa_log.info("task %s scored 0 (%s): %s", task.task_id, rubric, "; ".join(reasons))
     return 1.0 if total > 0 else 0.0
 
 

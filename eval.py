@@ -92,6 +92,9 @@ class Args:
     with --backend openai the PATH is the served model name unless --api-model is set"""
     tasks: str = "miniwob:click-button,login-user"
     """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
+    rubric: Literal["vab", "webarena"] = "vab"
+    """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
+    (WebArena's original ones); see README.md, section Rubrics"""
     episodes: int = 10
     """episodes per task; episode e uses the held-out seed env.EVAL_SEEDS[e] (MiniWoB: page e)"""
     out: str = "results/eval"
@@ -626,7 +629,8 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
         ep = args.episode
         async with webenv.BrowserPool() as pool, \
                 Runner(pool, args.concurrency, timeout_s=ep.episode_timeout,
-                       env_kwargs={"max_obs_chars": ep.max_obs_chars}) as runner:
+                       env_kwargs={"max_obs_chars": ep.max_obs_chars,
+                                   "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:
             for name, path in models:
                 backend, tok, close = make_backend(args, path, shared_tok)
                 try:

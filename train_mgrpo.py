@@ -63,6 +63,9 @@ class Args:
     """Jinja chat-template file replacing the model's own (a base model has none); saved with the checkpoint"""
     tasks: str = "miniwob:click-button,login-user"
     """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
+    rubric: Literal["vab", "webarena"] = "vab"
+    """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
+    (WebArena's original ones); see README.md, section Rubrics"""
     out: str = "ckpt/rl"
     """run directory: step_N/ checkpoints, latest, hf/, metrics.jsonl, tb/, trajectories.jsonl, dynamics.png"""
     steps: int = 100
@@ -338,7 +341,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     stopped = False
     async with webenv.BrowserPool() as pool, \
             Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
-                   env_kwargs={"max_obs_chars": args.episode.max_obs_chars}) as runner:
+                   env_kwargs={"max_obs_chars": args.episode.max_obs_chars,
+                               "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:
         try:
             while step < args.steps and not stopped:
                 # ---- rollouts: B x G trajectories, each in its own browser context ----

@@ -177,8 +177,9 @@ def test_killed_browser_ends_episode_and_pool_relaunches(run):
     assert launches == 2 and new_pid not in (None, pid)
 
 
-def _driver_pid() -> int | None:
-    """Playwright's driver process (node ... cli.js run-driver), a child of this test process."""
+def _driver_pids() -> set[int]:
+    """Playwright driver processes (node ... cli.js run-driver) that are children of this test process."""
+    out = set()
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
@@ -187,28 +188,28 @@ def _driver_pid() -> int | None:
             except (OSError, IndexError, ValueError):
                 continue
             if ppid == os.getpid() and b"playwright" in cmd and b"run-driver" in cmd:
-                return int(proc.name)
-    return None
+                out.add(int(proc.name))
+    return out
 
 
 def test_killed_playwright_driver_is_restarted(run):
     """The driver process dying leaves the browser object reading as connected; the pool notices when a
     context cannot be made, starts a new driver and browser, and the next reset works."""
     async def go():
+        others_drivers = _driver_pids()                       # the session pool's, left alone
         async with env.BrowserPool() as p:
             e = await p.new_env()
             await e.reset(task("click-button", 4))
-            pid = _driver_pid()
-            assert pid is not None
+            (pid,) = _driver_pids() - others_drivers
             os.kill(pid, signal.SIGKILL)
             r = await e.step('do(action="Click", element="0")')
             obs = await e.reset(task("click-button", 5))
             others = [await (await p.new_env()).reset(task("focus-text", k)) for k in range(2)]
-            return r, obs, others, p.launches, _driver_pid()
+            return r, obs, others, p.launches, _driver_pids() - others_drivers - {pid}
     r, obs, others, launches, new_driver = run(go(), timeout=120)
     assert r.done and r.info["done_reason"] == "crash"
     assert obs.intent and all(o.intent for o in others)
-    assert launches == 2 and new_driver is not None
+    assert launches == 2 and len(new_driver) == 1
 
 
 def test_closed_context_and_crashed_page_end_episode(run, pool):
@@ -338,3 +339,18 @@ def test_dialogs_are_accepted_and_reported(run, pool):
             await e.close()
     r, text = run(go())
     assert text == "yes" and r.info["dialogs"] == ["confirm: Delete it?"] and r.info["error"] is None
+
+
+def test_context_is_recycled_after_max_context_episodes(run, pool):
+    """A kept MiniWoB context is replaced after max_context_episodes episodes: Playwright holds every request,
+    response and route of a context until it closes, so a long run on one context grows without bound."""
+    async def go():
+        e = await pool.new_env(max_context_episodes=2)
+        contexts = []
+        for seed in range(5):
+            await e.reset(task("click-button", seed))
+            contexts.append(e.context)
+        await e.close()
+        return contexts
+    c = run(go(), timeout=120)
+    assert c[0] is c[1] and c[1] is not c[2] and c[2] is c[3] and c[3] is not c[4]

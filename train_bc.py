@@ -186,8 +186,10 @@ def trajectory_steps(rec: dict, prompt: str) -> list[Step]:
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
-def sharegpt_step(rec: dict) -> Step:
-    """WebRL / VAB record (one step, the history already inside the human turn) -> Step."""
+def sharegpt_steps(rec: dict) -> list[Step]:
+    """WebRL / VAB / LLaMA-Factory sharegpt record -> one Step per gpt (assistant) turn, each with the
+    conversation before it, as LLaMA-Factory trains every response of a multi-turn record. WebRL's own records
+    have one step each, the history already inside the human turn."""
     conv = rec.get("conversations") or rec.get("messages")
     if not conv:
         raise ValueError("sharegpt record without 'conversations'/'messages'")
@@ -201,7 +203,7 @@ def sharegpt_step(rec: dict) -> Step:
         msgs.insert(0, {"role": "system", "content": rec["system"]})
     if msgs[-1]["role"] != "assistant":
         raise ValueError("sharegpt record must end with the gpt/assistant turn")
-    return Step(msgs, rec.get("id", "sharegpt"))
+    return [Step(msgs[:k + 1], rec.get("id", "sharegpt")) for k, m in enumerate(msgs) if m["role"] == "assistant"]
 
 
 def records_to_steps(records: list[dict], prompt: str) -> list[Step]:
@@ -211,7 +213,7 @@ def records_to_steps(records: list[dict], prompt: str) -> list[Step]:
             if rec.get("reward", 1.0) > 0:      # only successful demonstrations are cloned
                 steps += trajectory_steps(rec, prompt)
         else:
-            steps.append(sharegpt_step(rec))
+            steps += sharegpt_steps(rec)
     return steps
 
 

@@ -55,9 +55,16 @@ def test_webrl_sharegpt_loader(tmp_path):
 
 def test_sharegpt_loader_rejects_bad_records():
     with pytest.raises(ValueError, match="unknown role"):
-        train_bc.sharegpt_step({"conversations": [{"from": "robot", "value": "x"}]})
+        train_bc.sharegpt_steps({"conversations": [{"from": "robot", "value": "x"}]})
     with pytest.raises(ValueError, match="must end with"):
-        train_bc.sharegpt_step({"conversations": [{"from": "human", "value": "x"}]})
+        train_bc.sharegpt_steps({"conversations": [{"from": "human", "value": "x"}]})
+
+
+def test_multi_turn_sharegpt_trains_every_gpt_turn():
+    rec = {"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"},
+                             {"from": "human", "value": "c"}, {"from": "gpt", "value": "d"}], "system": "s"}
+    steps = train_bc.sharegpt_steps(rec)
+    assert [[m["content"] for m in st.messages] for st in steps] == [["s", "a", "b"], ["s", "a", "b", "c", "d"]]
 
 
 class _Teacher(ChatHandler):

@@ -35,6 +35,7 @@ import env as webenv
 
 log = logging.getLogger("webagent.rollout")
 
+
 @dataclass
 class EpisodeConfig:
     """Prompt and sampling settings of an episode (the paper's values as defaults)."""
@@ -208,7 +209,9 @@ class Runner:
             except (webenv.EpisodeCrash, asyncio.TimeoutError) as e:
                 reason = (f"timeout: the episode took more than {self.timeout_s:.0f}s"
                           if isinstance(e, asyncio.TimeoutError) else f"reset_failed: {e}")
-                log.warning("episode %r ended: %s", job, reason)
+                task = getattr(job, "task", job)   # a rollout Job, or a bare Task (experts)
+                log.warning("episode of %s seed %s ended: %s", getattr(task, "task_id", "?"),
+                            getattr(task, "seed", "?"), reason)
                 result = on_failure(job, reason)
                 await env.close()   # whatever state it is in, the next episode gets a fresh context
                 env = await self.pool.new_env(**self.env_kwargs)

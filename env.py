@@ -1286,6 +1286,7 @@ class WebEnv:
             viewport={"width": self.viewport[0], "height": self.viewport[1]}, accept_downloads=False,
             service_workers="block", locale="en-US")
         if task.storage_state:
+            check_storage_state(task)          # a clear message instead of Playwright's on a missing login
             kwargs["storage_state"] = task.storage_state
         try:
             ctx = await self._w(browser.new_context(**kwargs))
@@ -1924,9 +1925,13 @@ async def _manual_check(spec: str, seed: int = 0, headless: bool = True) -> None
 #   first argument) and `__last_url__` (the page's URL, also replaced inside strings).
 # - A judge or helper that is needed but missing scores 0 and logs a warning; every failed check leaves a
 #   reason in `details["reasons"]` when the caller passes a `details` dict. Scores of eval types multiply.
-# - require_reset and require_login are recorded, not acted on: resetting a WebArena site between tasks
-#   is the user's job, and a login comes only from storage_state (WebArena-Lite's map tasks say
-#   require_login with no storage_state; they run without one). Nothing logs in automatically.
+# - `func:` helpers: the five that the public configs name are built in (WEBARENA_HELPERS, "helper functions"
+#   below); ``helpers=`` adds others or replaces them by name.
+# - Logins come from storage_state files, which ``webarena_login`` (``python env.py login``) writes as
+#   WebArena's auto_login.py does. A reset with a storage_state that cannot log in (no such file, no valid
+#   cookie) raises ValueError saying how to make it (check_storage_state); require_login with no storage_state
+#   runs without one (WebArena-Lite's map tasks: the map has no login). require_reset is recorded, not acted
+#   on: resetting a WebArena site between tasks is the user's job.
 
 import asyncio  # noqa: E402  (this section's imports are kept with it)
 import contextlib  # noqa: E402
@@ -1936,7 +1941,10 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import time  # noqa: E402
+import urllib.error  # noqa: E402
 import urllib.parse  # noqa: E402
+import urllib.request  # noqa: E402
 
 _wa_log = logging.getLogger("env.webarena")
 
@@ -2498,6 +2506,128 @@ def url_matches(page_url: str, reference_url: str, rule: str | None = None, rubr
             and all(any(v in pred_query.get(k, []) for v in vals) for k, vals in wanted.items()))
 
 
+# ---- WebArena tasks and rubrics: helper functions ----
+# The `func:` helpers that WebArena / WebArena-Lite configs name, re-implemented from WebArena's
+# evaluation_harness/helper_functions.py (VAB's helper_functions_eval.py has the same five): same names, same
+# arguments after the page, same site APIs and page reads. evaluate() uses them unless ``helpers=`` supplies
+# its own under the same name. Like every helper here they take the page first; the originals' site URLs
+# come from WA_<SITE> / <SITE> and the shopping admin's account from WEBARENA_ACCOUNTS. Where an original
+# raises (an HTTP status other than 200, no order at all) these raise too, and the task scores 0.
+
+#: WebArena's default accounts (browser_env/env_config.py ACCOUNTS): ``webarena_login`` signs in with them and
+#: the shopping helpers get a Magento admin token with "shopping_site_admin"; change an entry to use others.
+WEBARENA_ACCOUNTS = {
+    "reddit": {"username": "MarvelsGrantMan136", "password": "test1234"},
+    "gitlab": {"username": "byteblaze", "password": "hello1234"},
+    "shopping": {"username": "emma.lopez@gmail.com", "password": "Password.123"},
+    "shopping_admin": {"username": "admin", "password": "admin1234"},
+    "shopping_site_admin": {"username": "admin", "password": "admin1234"},
+}
+
+
+def _site(name: str) -> str:
+    url = webarena_site_url(name)
+    if url is None:
+        raise ValueError(f"WebArena site {name} is unknown here: this needs WA_{name} (or {name}) set to its URL")
+    return url
+
+
+def _http_json(url: str, *, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    """(status, parsed JSON) of a GET (or a POST of ``body`` as JSON), without cookies, as the originals'
+    ``requests`` calls; a non-JSON body parses to None."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
+    try:
+        with urllib.request.urlopen(req, timeout=CHECK_TIMEOUT_S) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, None
+
+
+def _shopping_get(path: str, params: dict[str, str] | None = None) -> Any:
+    """GET ``$SHOPPING/rest/V1/{path}`` as the shopping site's admin (a fresh token per call, as the originals
+    do); the JSON, or RuntimeError unless the status is 200."""
+    account = WEBARENA_ACCOUNTS["shopping_site_admin"]
+    status, token = _http_json(f"{_site('SHOPPING')}/rest/default/V1/integration/admin/token",
+                               body={"username": account["username"], "password": account["password"]})
+    if status != 200 or not isinstance(token, str):
+        raise RuntimeError(f"no Magento admin token for {account['username']!r} (HTTP {status}: {token!r})")
+    url = f"{_site('SHOPPING')}/rest/V1/{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    status, obj = _http_json(url, token=token)
+    if status != 200:
+        raise RuntimeError(f"GET {url}: HTTP {status}: {_short(obj)}")
+    return obj
+
+
+async def shopping_get_latest_order_url(page: Any) -> str:
+    """The customer page of the shop's most recently created order (REST, as the shopping admin), e.g.
+    ``"http://shop:7770/sales/order/view/order_id/190/"`` for increment id "000000190"."""
+    params = {"searchCriteria[sortOrders][0][field]": "created_at",
+              "searchCriteria[sortOrders][0][direction]": "DESC", "searchCriteria[pageSize]": "1"}
+    orders = await asyncio.to_thread(_shopping_get, "orders", params)
+    return f"{_site('SHOPPING')}/sales/order/view/order_id/{int(orders['items'][0]['increment_id'])}/"
+
+
+async def _latest_reviews(sku: str) -> list:
+    return await asyncio.to_thread(_shopping_get, f"products/{urllib.parse.quote(sku, safe='')}/reviews")
+
+
+async def shopping_get_sku_latest_review_author(page: Any, sku: str) -> str:
+    """The nickname on product ``sku``'s latest review (the last one the reviews API lists); "" if none."""
+    reviews = await _latest_reviews(sku)
+    return reviews[-1]["nickname"] if reviews else ""
+
+
+async def shopping_get_sku_latest_review_rating(page: Any, sku: str) -> str:
+    """The percent of the latest review's first rating, as a string ("80" = 4 stars); "" if none. Like the
+    original it asserts that the first review's first rating is the one named "Rating"."""
+    reviews = await _latest_reviews(sku)
+    if not reviews:
+        return ""
+    if reviews[0]["ratings"][0]["rating_name"] != "Rating":
+        raise RuntimeError(f"{sku}: the first rating is {reviews[0]['ratings'][0]['rating_name']!r}, not 'Rating'")
+    return str(reviews[-1]["ratings"][0]["percent"])
+
+
+async def reddit_get_post_url(page: Any, url: str) -> str:
+    """The post page of a forum URL below it (a comment, a sorted view), other URLs as they are, e.g.
+    ``"http://r:9999/f/books/7/-/comment/3"`` -> ``"http://r:9999/f/books/7/"``."""
+    parts = urllib.parse.urlparse(url)
+    segments = parts.path.split("/")
+    if len(segments) < 4 or segments[1] != "f":
+        return url
+    return f"{parts.scheme}://{parts.netloc}/f/{segments[2]}/{segments[3]}/"
+
+
+_GITLAB_ROLE_JS = """(account) => {
+    const names = [...document.querySelectorAll("td[data-label='Account'] span.gl-avatar-labeled-sublabel")];
+    const i = names.findIndex((e) => e.outerText === '@' + account);
+    return document.querySelectorAll("td.col-max-role span")[i].outerText;
+}"""
+
+
+async def gitlab_get_project_memeber_role(page: Any, account_name: str) -> str:
+    """The role ("Developer", ...) shown for ``@account_name`` on a GitLab project_members page; "" when the
+    page has no such member or no members table. (The misspelling is WebArena's: configs name it so.)"""
+    try:
+        return await page.evaluate(_GITLAB_ROLE_JS, account_name)
+    except PlaywrightError:
+        return ""
+
+
+#: The helpers evaluate() knows by name; ``evaluate(..., helpers={name: fn})`` adds or replaces entries.
+WEBARENA_HELPERS = {fn.__name__: fn for fn in (
+    shopping_get_latest_order_url, shopping_get_sku_latest_review_author, shopping_get_sku_latest_review_rating,
+    reddit_get_post_url, gitlab_get_project_memeber_role)}
+
+
 # ---- WebArena tasks and rubrics: program_html ----
 
 async def _call_helper(spec: str, page: Any, helpers: dict, where: str, reasons: list[str]) -> Any:
@@ -2662,9 +2792,9 @@ async def evaluate(task: Task, page: Any, answer: str | None, *, judge: Any = No
 
     ``answer`` is the exit() message as the agent wrote it (None = ""). ``judge(question, reference, answer)
     -> float`` (sync or async) scores fuzzy_match and N/A; ``helpers`` maps ``func:`` names to
-    ``fn(page, *args)``. Where the original evaluator raises on the config or a value, the task scores 0 and
-    the reason says so. Pass ``details={}`` to get ``{"rubric": ..., "scores": {eval_type: 0/1, or None when
-    skipped after a 0}, "reasons": [...]}``, e.g. ``await evaluate(task, env.page, "Alice", details=d)`` -> 0.0
+    ``fn(page, *args)`` (sync or async), on top of the built-in WEBARENA_HELPERS. Where the original evaluator
+    raises on the config or a value, the task scores 0 and the reason says so. Pass ``details={}`` to get
+    ``{"rubric": ..., "scores": {eval_type: 0/1, or None when skipped after a 0}, "reasons": [...]}``, e.g. ``await evaluate(task, env.page, "Alice", details=d)`` -> 0.0
     with d["reasons"] == ["string_match.exact_match: 'Alice' != 'Bob'"]."""
     if rubric not in RUBRICS:
         raise ValueError(f"unknown rubric {rubric!r} (expected one of {list(RUBRICS)})")
@@ -2693,7 +2823,8 @@ async def evaluate(task: Task, page: Any, answer: str | None, *, judge: Any = No
                 if not score:
                     reasons.append(f"url_match ({ev.get('url_note', _URL_DEFAULT[rubric])}): {page.url} vs {ref}")
             elif kind == "program_html":
-                score = await _program_html(task, page, rubric, judge, dict(helpers or {}), reasons)
+                score = await _program_html(task, page, rubric, judge, {**WEBARENA_HELPERS, **(helpers or {})},
+                                             reasons)
             else:
                 raise ValueError(f"task {task.task_id}: eval.eval_types: unknown type {kind!r}")
         except _Crash as e:
@@ -2706,7 +2837,165 @@ async def evaluate(task: Task, page: Any, answer: str | None, *, judge: Any = No
     return 1.0 if total > 0 else 0.0
 
 
-if __name__ == "__main__":            # manual check: python env.py miniwob:click-button [seed]
+# ---- WebArena logins ----
+# After WebArena's browser_env/auto_login.py: the same sign-in pages and fields, the same check that a login
+# holds (a page only a signed-in user gets), the same storage-state files (one per site, one per pair of sites
+# signed into together, "<a>.<b>_state.json" with the names sorted; reddit is never paired with a shopping
+# site, whose cookies share its host). Configs name those files (storage_state "./.auth/gitlab_state.json").
+
+LOGIN_SITES = ("gitlab", "shopping", "shopping_admin", "reddit")
+
+
+def login_files(sites: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The storage-state files WebArena's auto_login writes for ``sites``: file name -> the sites it is signed
+    into, e.g. ``login_files(["reddit", "gitlab"]) == {"gitlab_state.json": ("gitlab",), "reddit_state.json":
+    ("reddit",), "gitlab.reddit_state.json": ("gitlab", "reddit")}``."""
+    unknown = [s for s in sites if s not in LOGIN_SITES]
+    if unknown:
+        raise ValueError(f"no login for site(s) {unknown} (sites with a login: {', '.join(LOGIN_SITES)})")
+    names = sorted(set(sites))
+    combos = [(s,) for s in names] + [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+                                      if not ("reddit" in (a, b) and {a, b} & {"shopping", "shopping_admin"})]
+    return {f"{'.'.join(c)}_state.json": c for c in combos}
+
+
+async def _sign_in(page: Any, site: str, account: dict[str, str]) -> None:
+    user, password = account["username"], account["password"]
+    if site == "shopping":
+        await page.goto(f"{_site('SHOPPING')}/customer/account/login/")
+        await page.get_by_label("Email", exact=True).fill(user)
+        await page.get_by_label("Password", exact=True).fill(password)
+        await page.get_by_role("button", name="Sign In").click()
+    elif site == "reddit":
+        await page.goto(f"{_site('REDDIT')}/login")
+        await page.get_by_label("Username").fill(user)
+        await page.get_by_label("Password").fill(password)
+        await page.get_by_role("button", name="Log in").click()
+    elif site == "shopping_admin":
+        await page.goto(_site("SHOPPING_ADMIN"))
+        await page.get_by_placeholder("user name").fill(user)
+        await page.get_by_placeholder("password").fill(password)
+        await page.get_by_role("button", name="Sign in").click()
+    else:  # gitlab
+        await page.goto(f"{_site('GITLAB')}/users/sign_in")
+        await page.get_by_test_id("username-field").fill(user)
+        await page.get_by_test_id("password-field").fill(password)
+        await page.get_by_test_id("sign-in-button").click()
+    await page.wait_for_load_state("load")
+
+
+async def _signed_in(page: Any, site: str, account: dict[str, str]) -> str | None:
+    """None if ``page``'s context is signed into ``site`` (auto_login's is_expired check: a page that stays at
+    its URL, or shows a word, only for a signed-in user), else what went wrong."""
+    path, word = {"gitlab": ("/-/profile", None), "shopping": ("/wishlist/", None),
+                  "shopping_admin": ("/dashboard", "Dashboard"),
+                  "reddit": (f"/user/{account['username']}/account", "Delete")}[site]
+    url = _site(site.upper()) + path
+    await page.goto(url)
+    if word is not None:
+        return None if word in await page.content() else f"{url} does not show {word!r}"
+    return None if page.url == url else f"{url} went to {page.url}"
+
+
+async def webarena_login(sites: Sequence[str] = LOGIN_SITES, out_dir: str = ".auth", *,
+                         accounts: dict[str, dict[str, str]] | None = None, pool: Any = None) -> list[str]:
+    """Sign into WebArena ``sites`` (URLs from WA_<SITE> / <SITE>) and write the storage-state files of
+    ``login_files(sites)`` into ``out_dir``; returns their paths. ``accounts`` replaces entries of
+    WEBARENA_ACCOUNTS (WebArena's default accounts); ``pool`` is a BrowserPool to use (default: a new one).
+    A sign-in page without its fields, or a login that does not hold, raises RuntimeError naming the site, e.g.
+    ``await webarena_login(["shopping", "reddit"], ".auth")`` -> [".auth/reddit_state.json",
+    ".auth/shopping_state.json"] (the two are not paired: they share a host)."""
+    files = login_files(sites)
+    accounts = {**WEBARENA_ACCOUNTS, **(accounts or {})}
+    if pool is None:
+        async with BrowserPool() as own:
+            return await webarena_login(sites, out_dir, accounts=accounts, pool=own)
+    os.makedirs(out_dir, exist_ok=True)
+    browser = await pool.get_browser()
+    written = []
+    for name, combo in files.items():
+        ctx = await browser.new_context()
+        try:
+            ctx.set_default_timeout(NAV_TIMEOUT_MS)
+            page = await ctx.new_page()
+            for site in combo:
+                try:
+                    await _sign_in(page, site, accounts[site])
+                except PlaywrightError as e:        # includes a sign-in field that never shows up
+                    waiting = re.search(r"waiting for .*", str(e))
+                    raise RuntimeError(f"{site}: cannot sign in at {page.url}: {_first_line(e)}"
+                                       + (f" ({waiting.group(0)})" if waiting else "")) from None
+            for site in combo:
+                problem = await _signed_in(page, site, accounts[site])
+                if problem:
+                    raise RuntimeError(f"{site}: signing in as {accounts[site]['username']!r} did not hold "
+                                       f"({problem}); check the account and WA_{site.upper()}")
+            path = os.path.join(out_dir, name)
+            await ctx.storage_state(path=path)
+            written.append(path)
+        finally:
+            await ctx.close()
+    return written
+
+
+def check_storage_state(task: Task) -> None:
+    """Raise ValueError when ``task.storage_state`` cannot log the task in: no such file, not a Playwright
+    storage state, or (for a ``require_login`` task) no cookie that is still valid. The message says how to make
+    it, e.g. "task 436 (shopping): storage_state /w/.auth/shopping_state.json: no such file; make it with
+    python env.py login --sites shopping --out /w/.auth"."""
+    path = task.storage_state
+    if not path:
+        return
+    stem = os.path.basename(path).rsplit("_", 1)[0].split(".")
+    sites = ",".join(stem if set(stem) <= set(LOGIN_SITES) else [s for s in task.site.split("+") if s in LOGIN_SITES])
+    fix = f"make it with python env.py login --sites {sites or 'SITES'} --out {os.path.dirname(path)}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        problem = "no such file"
+    except (OSError, ValueError) as e:
+        problem = f"unreadable ({_first_line(e)})"
+    else:
+        cookies = state.get("cookies") if isinstance(state, dict) else None
+        if not isinstance(cookies, list):
+            problem = "not a Playwright storage state (no 'cookies' list)"
+        elif task.require_login and not any(c.get("expires", -1) in (-1, None) or c["expires"] > time.time()
+                                            for c in cookies if isinstance(c, dict)):
+            problem = "holds no valid cookie (never logged in, or the login expired)"
+        else:
+            return
+    raise ValueError(f"task {task.task_id} ({task.site}): storage_state {path}: {problem}; {fix}")
+
+
+def _login_cli(argv: list[str]) -> None:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python env.py login", description="Sign into WebArena sites and write the "
+                                 "storage-state files their task configs name.")
+    ap.add_argument("--sites", default=",".join(LOGIN_SITES), help="comma-separated, from: " + ", ".join(LOGIN_SITES))
+    ap.add_argument("--out", default=".auth", help="folder of the *_state.json files (configs say ./.auth)")
+    ap.add_argument("--account", action="append", default=[], metavar="SITE=USER:PASSWORD",
+                    help="another account than WebArena's default for SITE (repeatable)")
+    args = ap.parse_args(argv)
+    accounts = {}
+    for spec in args.account:
+        site, _, cred = spec.partition("=")
+        user, sep, password = cred.partition(":")
+        if not (site and user and sep):
+            ap.error(f"--account {spec!r}: expected SITE=USER:PASSWORD")
+        accounts[site] = {"username": user, "password": password}
+    sites = [s.strip() for s in args.sites.split(",") if s.strip()]
+    try:
+        paths = asyncio.run(webarena_login(sites, args.out, accounts=accounts))
+    except (ValueError, RuntimeError) as e:
+        raise SystemExit(f"login failed: {e}") from None
+    print("\n".join(paths))
+
+
+if __name__ == "__main__":   # python env.py login --sites S,... --out DIR | python env.py miniwob:click-button [seed]
     import sys as _sys
-    asyncio.run(_manual_check(_sys.argv[1] if len(_sys.argv) > 1 else "miniwob:click-button",
-                              int(_sys.argv[2]) if len(_sys.argv) > 2 else 0))
+    if _sys.argv[1:2] == ["login"]:
+        _login_cli(_sys.argv[2:])
+    else:
+        asyncio.run(_manual_check(_sys.argv[1] if len(_sys.argv) > 1 else "miniwob:click-button",
+                                  int(_sys.argv[2]) if len(_sys.argv) > 2 else 0))

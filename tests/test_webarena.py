@@ -4,9 +4,10 @@ site served on 127.0.0.1 (tests/site.py), in real Chromium through env.BrowserPo
 Covers: placeholder substitution from WA_<SITE> / <SITE>, malformed configs rejected at load with the
 task id and field named, the config shapes of the public files (tests/webarena_shapes.json), the two
 rubrics ("vab" = VisualAgentBench's WebArena-Lite evaluators, "webarena" = WebArena's) verdict for verdict
-on a table of cases from real configs, judge and helper plumbing, multi-tab start_url, storage_state, and
-the paper's example (log out, then edit the profile) as two configs solved by an agent acting only through
-env.step.
+on a table of cases from real configs, judge and helper plumbing, the built-in `func:` helpers against the
+site's Magento / GitLab / Postmill stand-ins, logins (webarena_login, `python env.py login`, a reset with an
+unusable storage_state), multi-tab start_url, storage_state, and the paper's example (log out, then edit
+the profile) as two configs solved by an agent acting only through env.step.
 
 Run: .venv/bin/python -m pytest -q tests/test_webarena.py
 """
@@ -18,8 +19,11 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
+import os
 import re
 import secrets
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -827,3 +831,216 @@ async def _type(e, text, selector):
 
 async def _click(e, selector):
     return f'do(action="Click", element="{await label(e, selector)}")'
+
+
+# ---- the built-in func: helpers, against the site's Magento / GitLab / Postmill stand-ins ----
+
+def all_sites(site, monkeypatch) -> None:
+    """Point every WebArena site with a login at the test site (the admin under /admin)."""
+    for name in ("SHOPPING", "REDDIT", "GITLAB"):
+        monkeypatch.setenv(f"WA_{name}", site.url)
+    monkeypatch.setenv("WA_SHOPPING_ADMIN", site.url + "/admin")
+
+
+def signed_in(site, tmp_path: Path, kind: str, account: str) -> str:
+    """A storage-state file with a session of WebArena site ``kind`` ("shop", "admin", "gitlab")."""
+    token = secrets.token_hex(16)
+    with site.lock:
+        site.logins[kind][token] = account
+    path = tmp_path / f"{kind}_state.json"
+    path.write_text(json.dumps({"cookies": [{
+        "name": site_mod.COOKIES[kind], "value": token, "domain": "127.0.0.1", "path": "/", "expires": -1,
+        "httpOnly": True, "secure": False, "sameSite": "Lax"}], "origins": []}))
+    return str(path)
+
+
+def helper_task(tmp_path, task_id, target, **kw) -> env.Task:
+    (task,) = load(tmp_path, config(task_id=task_id, eval={"eval_types": ["program_html"], "program_html": [target]}, **kw))
+    return task
+
+
+def test_reddit_get_post_url_function(run):
+    post = env.WEBARENA_HELPERS["reddit_get_post_url"]
+    assert run(post(None, "http://r.test:9999/f/books/7/-/comment/3")) == "http://r.test:9999/f/books/7/"
+    assert run(post(None, "http://r.test:9999/f/books/7/the-title?sort=new")) == "http://r.test:9999/f/books/7/"
+    for url in ("http://r.test:9999/f/books", "http://r.test:9999/user/x/account", "http://r.test:9999/"):
+        assert run(post(None, url)) == url                 # not a post: unchanged, as in the original
+
+
+def test_builtin_helpers_score_real_configs(site, tmp_path, pool, run, monkeypatch):
+    """WebArena tasks 436 (latest order), 481 (member role), 585 (latest review) and 600 (post URL), their
+    program_html as the configs write it, with no helpers= passed: the built-in helpers read the site."""
+    all_sites(site, monkeypatch)
+    shop = signed_in(site, tmp_path, "shop", "emma.lopez@gmail.com")
+    order = lambda sku: {"url": "func:shopping_get_latest_order_url()", "required_contents": {"must_include": [sku]},
+                         "locator": "document.querySelector(\".order-details-items.ordered\").outerText"}
+    review = lambda what, want: {"url": "last", "locator": f"func:shopping_get_sku_latest_review_{what}('B00J8RZL7I')",
+                                 "required_contents": {"must_include": [want]}}
+    member = lambda user, role: {"url": "__GITLAB__/byteblaze/dotfiles/-/project_members",
+                                 "locator": f"func:gitlab_get_project_memeber_role(__page__, '{user}')",
+                                 "required_contents": {"must_include": [role]}}
+    post = {"url": "func:reddit_get_post_url('__last_url__')",
+            "locator": "document.querySelector('.submission__inner').outerText",
+            "required_contents": {"must_include": ["what is the recommended console to buy these days"]}}
+    gitlab = signed_in(site, tmp_path, "gitlab", "byteblaze")
+    t = {"order_old": helper_task(tmp_path, 436, order("B0041MSF2S"), storage_state=shop, require_login=True),
+         "order_new": helper_task(tmp_path, 436, order("B07DFJ5XKH"), storage_state=shop, require_login=True),
+         "author": helper_task(tmp_path, 585, review("author", "Emma Lopez"), start_url="__SHOPPING__/B00J8RZL7I.html"),
+         "rating": helper_task(tmp_path, 585, review("rating", "100"), start_url="__SHOPPING__/B00J8RZL7I.html"),
+         "dev": helper_task(tmp_path, 481, member("yjlou", "Developer"), storage_state=gitlab, require_login=True),
+         "guest": helper_task(tmp_path, 481, member("abisubramanya27", "Guest"), storage_state=gitlab, require_login=True),
+         "dev_signed_out": helper_task(tmp_path, 481, member("yjlou", "Developer")),
+         "post": helper_task(tmp_path, 600, post, start_url="__REDDIT__/f/consoles/7/-/comment/3")}
+
+    async def score(name, **kw):
+        e, _ = await open_env(pool, t[name])
+        try:
+            if name in ("author", "rating"):        # leave a 5-star review as Emma, through the product page
+                await e.page.fill("#nickname", "Emma Lopez")
+                await e.page.select_option("#rating", "5")
+                await e.page.click("button:has-text('Submit Review')")
+            details = {}
+            return await env.evaluate(t[name], e.page, None, details=details, **kw), details
+        finally:
+            await e.close()
+    scores = {name: run(score(name))[0] for name in ("order_old", "order_new", "dev", "guest", "dev_signed_out", "post")}
+    assert scores == {"order_old": 1.0, "order_new": 0.0, "dev": 1.0, "guest": 0.0, "dev_signed_out": 0.0, "post": 1.0}
+    site.place_order([("B07DFJ5XKH", 1)])               # reordered: the latest order is the new one
+    assert [run(score(n))[0] for n in ("order_old", "order_new")] == [0.0, 1.0]
+    for rubric in env.RUBRICS:
+        assert [run(score(n, rubric=rubric))[0] for n in ("author", "rating", "post")] == [1.0, 1.0, 1.0]
+    assert site.reviews["B00J8RZL7I"][-1]["ratings"][0]["percent"] == 100
+    # helpers= still overrides a built-in by name: the comment's own URL has no .submission__inner
+    assert run(score("post", helpers={"reddit_get_post_url": lambda page, url: url}))[0] == 0.0
+
+
+def test_builtin_helper_errors_score_zero(site, tmp_path, pool, run, monkeypatch):
+    """Where the original helper raises (no admin token, an unknown SKU), the task scores 0 with the reason."""
+    all_sites(site, monkeypatch)
+    bad_sku = helper_task(tmp_path, 1, {"url": "last", "locator": "func:shopping_get_sku_latest_review_author('NOPE')",
+                                        "required_contents": {"exact_match": ""}})
+    no_review = helper_task(tmp_path, 2, {"url": "last", "required_contents": {"exact_match": ""},
+                                          "locator": "func:shopping_get_sku_latest_review_rating('B07DFJ5XKH')"})
+    order = helper_task(tmp_path, 3, {"url": "func:shopping_get_latest_order_url()", "locator": "",
+                                      "required_contents": {"must_include": ["B0041MSF2S"]}})
+
+    async def go(task):
+        e, _ = await open_env(pool, task)
+        try:
+            details = {}
+            return await env.evaluate(task, e.page, None, details=details), details["reasons"]
+        finally:
+            await e.close()
+    score, reasons = run(go(bad_sku))
+    assert score == 0.0 and "helper 'shopping_get_sku_latest_review_author' raised RuntimeError" in reasons[0]
+    assert "HTTP 404" in reasons[0]
+    assert run(go(no_review)) == (1.0, [])                 # no review: "" as in the original
+    monkeypatch.setitem(env.WEBARENA_ACCOUNTS, "shopping_site_admin", {"username": "admin", "password": "wrong"})
+    score, reasons = run(go(order))
+    assert score == 0.0 and "no Magento admin token for 'admin' (HTTP 401" in reasons[0]
+
+
+# ---- logins ----
+
+def test_login_files_follow_auto_login():
+    assert env.login_files(["reddit", "gitlab"]) == {
+        "gitlab_state.json": ("gitlab",), "reddit_state.json": ("reddit",), "gitlab.reddit_state.json": ("gitlab", "reddit")}
+    assert set(env.login_files(env.LOGIN_SITES)) == {
+        "gitlab_state.json", "reddit_state.json", "shopping_state.json", "shopping_admin_state.json",
+        "gitlab.reddit_state.json", "gitlab.shopping_state.json", "gitlab.shopping_admin_state.json",
+        "shopping.shopping_admin_state.json"}     # reddit is never paired with a shopping site (one host)
+    with pytest.raises(ValueError, match=r"no login for site\(s\) \['map'\]"):
+        env.login_files(["map"])
+
+
+def test_webarena_login_writes_the_state_files_configs_name(site, tmp_path, pool, run, monkeypatch):
+    """Sign into all four sites with WebArena's default accounts; configs naming ./.auth/... then start signed in."""
+    all_sites(site, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    paths = run(env.webarena_login(env.LOGIN_SITES, ".auth", pool=pool), timeout=120)
+    assert sorted(os.path.basename(p) for p in paths) == sorted(env.login_files(env.LOGIN_SITES))
+    checks = [("shopping_state.json", "__SHOPPING__/wishlist/", "My Wish List"),
+              ("shopping_admin_state.json", "__SHOPPING_ADMIN__/dashboard", "Dashboard"),
+              ("reddit_state.json", "__REDDIT__/user/MarvelsGrantMan136/account", "Delete account"),
+              ("gitlab_state.json", "__GITLAB__/-/profile", "@byteblaze"),
+              ("gitlab.reddit_state.json", "__GITLAB__/-/profile |AND| __REDDIT__/user/MarvelsGrantMan136/account",
+               "@byteblaze")]
+    tasks = load(tmp_path, [config(task_id=i, require_login=True, storage_state=f"./.auth/{name}", start_url=url)
+                            for i, (name, url, _) in enumerate(checks)])
+
+    async def visit(task):
+        e, obs = await open_env(pool, task)
+        try:
+            return [p.url for p in e.page.context.pages], obs.text
+        finally:
+            await e.close()
+    for task, (_, url, text) in zip(tasks, checks):
+        urls, obs_text = run(visit(task))
+        assert urls == [u.strip() for u in task.start_url.split("|AND|")] and text in obs_text, task.start_url
+
+
+def test_webarena_login_accounts_and_failures(site, tmp_path, pool, run, monkeypatch):
+    all_sites(site, monkeypatch)
+    (path,) = run(env.webarena_login(["reddit"], str(tmp_path), pool=pool,
+                                     accounts={"reddit": {"username": "bob", "password": "builder"}}))
+    assert path == str(tmp_path / "reddit_state.json")
+    with pytest.raises(RuntimeError, match=r"reddit: signing in as 'bob' did not hold \(.*/user/bob/account does not "
+                                           r"show 'Delete'\)"):
+        run(env.webarena_login(["reddit"], str(tmp_path), pool=pool,
+                               accounts={"reddit": {"username": "bob", "password": "nope"}}))
+    with pytest.raises(RuntimeError, match=r"shopping: signing in as 'emma.lopez@gmail.com' did not hold \(.*/wishlist/ "
+                                           r"went to .*/customer/account/login/"):
+        run(env.webarena_login(["shopping"], str(tmp_path), pool=pool,
+                               accounts={"shopping": {"username": "emma.lopez@gmail.com", "password": "x"}}))
+    monkeypatch.setattr(env, "NAV_TIMEOUT_MS", 1000)
+    monkeypatch.setenv("WA_GITLAB", site.url + "/nowhere")
+    with pytest.raises(RuntimeError, match=r"gitlab: cannot sign in at .*/nowhere/users/sign_in: .*username-field"):
+        run(env.webarena_login(["gitlab"], str(tmp_path), pool=pool))
+    monkeypatch.delenv("WA_GITLAB")
+    with pytest.raises(ValueError, match=r"needs WA_GITLAB \(or GITLAB\)"):
+        run(env.webarena_login(["gitlab"], str(tmp_path), pool=pool))
+
+
+def test_login_cli(site, tmp_path, monkeypatch):
+    all_sites(site, monkeypatch)
+    proc = subprocess.run([sys.executable, str(Path(env.__file__)), "login", "--sites", "reddit,gitlab", "--out",
+                           str(tmp_path / "auth"), "--account", "gitlab=byteblaze:hello1234"],
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split()) == sorted(str(tmp_path / "auth" / n) for n in env.login_files(["reddit", "gitlab"]))
+    bad = subprocess.run([sys.executable, str(Path(env.__file__)), "login", "--account", "gitlab"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "expected SITE=USER:PASSWORD" in bad.stderr
+    bad = subprocess.run([sys.executable, str(Path(env.__file__)), "login", "--sites", "map"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and bad.stderr.strip() == ("login failed: no login for site(s) ['map'] "
+                                                          "(sites with a login: gitlab, shopping, shopping_admin, reddit)")
+
+
+def test_require_login_without_a_usable_state_fails_at_reset(site, tmp_path, pool, run, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".auth").mkdir()
+    (tmp_path / ".auth" / "empty_state.json").write_text(json.dumps({"cookies": [], "origins": []}))
+    (tmp_path / ".auth" / "old_state.json").write_text(json.dumps({"cookies": [
+        {"name": "session", "value": "x", "domain": "127.0.0.1", "path": "/", "expires": 1_000_000_000}], "origins": []}))
+    (tmp_path / ".auth" / "junk_state.json").write_text("{")
+    cases = [("./.auth/shopping_state.json", "no such file; make it with python env.py login --sites shopping "
+                                             f"--out {tmp_path / '.auth'}"),
+             ("./.auth/empty_state.json", "holds no valid cookie"), ("./.auth/old_state.json", "holds no valid cookie"),
+             ("./.auth/junk_state.json", "unreadable")]
+    tasks = load(tmp_path, [config(task_id=i, require_login=True, storage_state=path)
+                            for i, (path, _) in enumerate(cases)])
+
+    async def reset(task):
+        e = await pool.new_env()
+        try:
+            return await e.reset(task)
+        finally:
+            await e.close()
+    for task, (path, message) in zip(tasks, cases):
+        with pytest.raises(ValueError, match=re.escape(f"task {task.task_id} (shopping): storage_state "
+                                                       f"{tmp_path / path[2:]}: {message}")):
+            run(reset(task))
+    # require_login with no storage_state (WebArena-Lite's map tasks) runs without a login
+    (map_task,) = load(tmp_path, config(require_login=True, storage_state=""))
+    assert "Not signed in" in run(reset(map_task)).text

@@ -2227,6 +2227,10 @@ def load_webarena_tasks(path: str) -> list[Task]:
             raw = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save the config as UTF-8") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise ValueError(f"{path}: no tasks in the config")

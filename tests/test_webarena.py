@@ -241,6 +241,12 @@ def test_malformed_file_level(site, tmp_path):
     bad.write_text("[{")
     with pytest.raises(ValueError, match=r"not valid JSON"):
         env.load_webarena_tasks(str(bad))
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes('[{"intent": "Café"}]'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.json: not UTF-8 text"):
+        env.load_webarena_tasks(str(latin))
+    with pytest.raises(ValueError, match=r"missing.json: cannot read it"):
+        env.load_webarena_tasks(str(tmp_path / "missing.json"))
 
 
 # ---- the two rubrics, verdict for verdict (env.evaluate(..., rubric="vab" | "webarena")) ----

@@ -2730,17 +2730,28 @@ async def _required_contents(task: Task, target: dict, selected: Any, rubric: st
     return 0.0 if present else 1.0
 
 
-async def _open_probe(page: Any) -> tuple[Any, Any]:
+async def _open_probe(page: Any, allowed: set[str]) -> tuple[Any, Any]:
     """(context, page) for checking a program_html URL: a fresh context holding the agent's cookies and
     local storage (its storage_state), so the agent's tabs and history are untouched and the env, which
-    makes any new tab of the agent's context the active one, sees nothing. (None, page) for a persistent
-    context, which cannot have a sibling: then it is a new tab of the agent's context."""
+    makes any new tab of the agent's context the active one, sees nothing. It reaches only the hosts in
+    ``allowed`` (read at each request: the caller adds each target's host), like the agent's own context.
+    (None, page) for a persistent context, which cannot have a sibling: then it is a new tab of the agent's
+    context, under that context's allow-list."""
     browser = page.context.browser
     if browser is None:
         return None, await asyncio.wait_for(page.context.new_page(), CHECK_TIMEOUT_S)
     state = await asyncio.wait_for(page.context.storage_state(), CHECK_TIMEOUT_S)
-    ctx = await asyncio.wait_for(browser.new_context(storage_state=state, accept_downloads=False), CHECK_TIMEOUT_S)
+    ctx = await asyncio.wait_for(browser.new_context(storage_state=state, accept_downloads=False,
+                                                     service_workers="block"), CHECK_TIMEOUT_S)
+
+    async def only_allowed(route: Any) -> None:
+        with contextlib.suppress(PlaywrightError):        # the probe may close meanwhile
+            if outside_hosts_re(tuple(sorted(allowed))).match(route.request.url):
+                await route.abort("blockedbyclient")
+            else:
+                await route.continue_()
     try:
+        await asyncio.wait_for(ctx.route("**/*", only_allowed), CHECK_TIMEOUT_S)
         ctx.set_default_timeout(NAV_TIMEOUT_MS)
         return ctx, await asyncio.wait_for(ctx.new_page(), CHECK_TIMEOUT_S)
     except BaseException:
@@ -2754,6 +2765,7 @@ async def _program_html(task: Task, page: Any, rubric: str, judge: Any, helpers:
     page to a target's URL, so a later "last" target (and __last_url__) sees that page: here the navigation
     happens in one probe page holding the agent's cookies, which then stands for "last"."""
     current, probe_ctx, probe = page, None, None
+    allowed = set(family_of(task).hosts(task))   # the probe reaches the task's hosts and the targets' own
     try:
         for i, target in enumerate(task.eval["program_html"]):
             where = f"program_html[{i}]"
@@ -2764,8 +2776,10 @@ async def _program_html(task: Task, page: Any, rubric: str, judge: Any, helpers:
                     return 0.0
                 url = str(url)
             if url != "last":
+                parts = urlsplit(url)
+                allowed.add(parts.netloc if parts.scheme in ("http", "https") else parts.scheme)
                 if probe is None:
-                    probe_ctx, probe = await _open_probe(page)
+                    probe_ctx, probe = await _open_probe(page, allowed)
                 try:
                     await probe.goto(url, wait_until="load", timeout=NAV_TIMEOUT_MS)
                 except PlaywrightError as e:  # includes Playwright's TimeoutError

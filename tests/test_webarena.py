@@ -1050,3 +1050,63 @@ def test_require_login_without_a_usable_state_fails_at_reset(site, tmp_path, poo
     # require_login with no storage_state (WebArena-Lite's map tasks) runs without a login
     (map_task,) = load(tmp_path, config(require_login=True, storage_state=""))
     assert "Not signed in" in run(reset(map_task)).text
+
+
+def test_program_html_probe_reaches_only_the_tasks_hosts(run, pool, tmp_path):
+    """The context that opens program_html URLs for scoring has the agent's allow-list (the task's host names):
+    a target page that pulls from a host outside it gets nothing from it. (Before, that context had no
+    allow-list at all.)"""
+    import http.server
+    import threading
+
+    hits = []
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"secret")
+
+        def log_message(self, *a):
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    other_url = f"http://localhost:{other.server_address[1]}"   # another host name than the task's 127.0.0.1
+
+    class Site(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (f'<html><body><p id="x">Order placed</p><img src="{other_url}/img">'
+                    f'<script>fetch("{other_url}/fetch").catch(() => 0)</script></body></html>').encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
+    site_url = f"http://127.0.0.1:{site.server_address[1]}"
+    for srv in (other, site):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        path = tmp_path / "probe.json"
+        path.write_text(json.dumps(config(start_url=f"{site_url}/", eval={
+            "eval_types": ["program_html"], "reference_answers": None, "reference_url": "",
+            "program_html": [{"url": f"{site_url}/order", "locator": "document.querySelector('#x').outerText",
+                              "required_contents": {"must_include": ["Order placed"]}}]})))
+        task = env.load_webarena_tasks(str(path))[0]
+
+        async def go():
+            e = await pool.new_env()
+            await e.reset(task)
+            hits.clear()                            # the agent's own page load is blocked by its env anyway
+            score = await env.evaluate(task, e.page, None)
+            await e.close()
+            return score
+        assert run(go(), timeout=90) == 1.0
+        assert hits == []
+    finally:
+        for srv in (other, site):
+            srv.shutdown()

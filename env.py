@@ -1305,6 +1305,7 @@ class WebEnv:
         await self._w(ctx.route(outside_hosts_re(self._allowed), self._route_block))
         await self._w(fam.setup_context(self, ctx, task))
         await self._w(ctx.route_web_socket("**/*", self._route_ws))
+        await self._w(ctx.add_init_script(NO_WEBRTC_JS))
         await self._w(ctx.add_init_script(POPUP_PROBE_JS))
         # handlers ignore events of an earlier episode's context (gen = this context's generation)
         self._gen += 1
@@ -1805,6 +1806,15 @@ class WebEnv:
 
 # Counts in-page requests for a new tab (window.open, an unprevented click on a link/form with a target),
 # so that the step waits for the new tab's page event instead of racing it.
+# WebRTC opens UDP/TCP connections (STUN/TURN) that request routing never sees: a page could reach any host and
+# port with it. The agent needs none of it: the constructors are removed in every frame before page scripts run.
+NO_WEBRTC_JS = r"""(() => {
+  for (const k of ['RTCPeerConnection', 'webkitRTCPeerConnection', 'RTCDataChannel', 'RTCIceCandidate',
+                   'RTCSessionDescription', 'RTCRtpSender', 'RTCRtpReceiver', 'RTCRtpTransceiver']) {
+    try { delete window[k]; } catch (e) { /* not configurable: leave it */ }
+  }
+})();"""
+
 POPUP_PROBE_JS = r"""(() => {
   const mark = () => { window.__webagentPopups = (window.__webagentPopups || 0) + 1; };
   const open = window.open;

@@ -354,3 +354,35 @@ def test_context_is_recycled_after_max_context_episodes(run, pool):
         return contexts
     c = run(go(), timeout=120)
     assert c[0] is c[1] and c[1] is not c[2] and c[2] is c[3] and c[3] is not c[4]
+
+
+def test_webrtc_cannot_reach_around_the_allow_list(run, pool):
+    """STUN/TURN traffic never passes request routing, so a page could send UDP to any host and port with
+    WebRTC; the constructors are gone in every frame (a fresh iframe included) and nothing is sent."""
+    import socket
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.settimeout(3)
+    stun = f"stun:127.0.0.1:{udp.getsockname()[1]}"
+    js = """async (stun) => {
+      const out = [];
+      const f = document.createElement('iframe'); document.body.appendChild(f);
+      for (const PC of [window.RTCPeerConnection, window.webkitRTCPeerConnection, f.contentWindow.RTCPeerConnection]) {
+        try { const pc = new PC({iceServers: [{urls: stun}]}); pc.createDataChannel('d');
+              await pc.setLocalDescription(await pc.createOffer()); out.push('opened'); }
+        catch (e) { out.push(e.name); }
+      }
+      return out; }"""
+
+    async def go():
+        e = await pool.new_env()
+        await e.reset(task("click-button", 2))
+        out = await e.page.evaluate(js, stun)
+        await e.close()
+        return out
+    try:
+        assert run(go()) == ["TypeError"] * 3
+        with pytest.raises(socket.timeout):
+            udp.recvfrom(2048)
+    finally:
+        udp.close()

@@ -97,6 +97,9 @@ class Args:
     (WebArena's original ones); see README.md, section Rubrics"""
     episodes: int = 10
     """episodes per task; episode e uses the held-out seed env.EVAL_SEEDS[e] (MiniWoB: page e)"""
+    seed_start: int = -1
+    """-1: episode e uses env.EVAL_SEEDS[e] (the held-out test pages); N >= 0: seed N + e, e.g. 500000 for a
+    validation range inside TRAIN_SEEDS, away from demonstrations (0..) and RL pages (0..~10,000)"""
     out: str = "results/eval"
     """output directory: results.json, results.md, trajectories.jsonl, viewer/, test_time_scaling.png"""
     backend: Literal["hf", "vllm", "openai"] = "hf"
@@ -176,11 +179,12 @@ def parse_budgets(spec: str) -> list[int]:
     return budgets
 
 
-def episode_tasks(tasks: list[webenv.Task], episodes: int, max_steps: int) -> list[tuple[webenv.Task, int]]:
-    """(task, episode index) for every evaluated episode: episode e runs with seed EVAL_SEEDS[e] (a family
-    without seeds, such as WebArena, ignores it)."""
-    return [(dataclasses.replace(t, seed=webenv.EVAL_SEEDS[e], max_steps=max_steps), e)
-            for t in tasks for e in range(episodes)]
+def episode_tasks(tasks: list[webenv.Task], episodes: int, max_steps: int,
+                  seed_start: int = -1) -> list[tuple[webenv.Task, int]]:
+    """(task, episode index) for every evaluated episode: episode e runs with seed EVAL_SEEDS[e], or
+    seed_start + e for a validation range (a family without seeds, such as WebArena, ignores it)."""
+    seed = (lambda e: webenv.EVAL_SEEDS[e]) if seed_start < 0 else (lambda e: seed_start + e)
+    return [(dataclasses.replace(t, seed=seed(e), max_steps=max_steps), e) for t in tasks for e in range(episodes)]
 
 
 def column_of(task: webenv.Task, group_by: str) -> str:
@@ -613,7 +617,7 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
     """Every run (model x prompt) over every episode; one browser pool for all."""
     from tqdm import tqdm
     import torch
-    jobs = episode_tasks(tasks, args.episodes, budget)
+    jobs = episode_tasks(tasks, args.episodes, budget, args.seed_start)
     viewer_dir = out / "viewer" if args.screenshots else None
     shared_tok = fallback_tokenizer(args.tokenizer) if args.backend == "openai" else None
     if shared_tok is not None and args.chat_template:   # (it fits and counts prompts; the server renders its own)

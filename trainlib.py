@@ -63,6 +63,7 @@ def _defaults(cls) -> dict[str, Any]:
 
 def _add_flags(parser: argparse.ArgumentParser, cls, defaults: dict[str, Any]) -> None:
     docs, hints = _field_docs(cls), typing.get_type_hints(cls)
+    docs = {k: v.replace("%", "%%") for k, v in docs.items()}   # argparse %-formats help texts
     for f in dataclasses.fields(cls):
         kind, default = hints[f.name], defaults[f.name]
         if dataclasses.is_dataclass(kind):   # a shared config: its fields are flags too

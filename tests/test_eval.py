@@ -207,3 +207,10 @@ def test_standard_errors_and_paired_differences():
     assert d["n"] == 20 and d["diff"] == pytest.approx(mean)
     assert d["stderr"] == pytest.approx((sum((x - mean) ** 2 for x in diffs) / 19 / 20) ** 0.5)
     assert ev.paired(a + b + [rec("x", "t3", 0, True)], ["bc", "rl", "x"]).keys() == {"rl - bc"}
+
+
+def test_validation_seed_range():
+    tasks = webenv.load_tasks("miniwob:click-button")
+    assert [t.seed for t, _ in ev.episode_tasks(tasks, 3, 6)] == list(webenv.EVAL_SEEDS[:3])
+    assert [(t.seed, e, t.max_steps) for t, e in ev.episode_tasks(tasks, 2, 6, seed_start=500_000)] == [
+        (500_000, 0, 6), (500_001, 1, 6)]

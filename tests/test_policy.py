@@ -115,6 +115,26 @@ def test_tiny_tokenizer_learned_environment_text(tiny):
     assert len(tok) <= 2100
 
 
+def test_words_split_tokenizes_a_label_the_same_everywhere():
+    """split=words: the label of the instruction ("okay"), the page (> okay <) and the thought ('okay') contain
+    the word's own token sequence, so matching them is copying; the default split glues the word to the quote
+    or space before it, and the page's tokens differ from the instruction's."""
+    def contains(seq, sub):
+        return any(seq[k:k + len(sub)] == sub for k in range(len(seq) - len(sub) + 1))
+    contexts = ('Click on the "{w}" button.', '<button id="3"> {w} </button>', "the '{w}' button")
+    corpus = policy.tiny_corpus(max_pages=20)
+    words = policy.build_tokenizer(corpus, vocab_size=600, split="words")
+    for w in ("okay", "Feugiat", "Coral"):
+        alone = words(w, add_special_tokens=False)["input_ids"]
+        for c in contexts:
+            ids = words(c.format(w=w), add_special_tokens=False)["input_ids"]
+            assert contains(ids, alone), (c, [words.decode([i]) for i in ids])
+            assert words.decode(ids) == c.format(w=w)
+    default = policy.build_tokenizer(corpus, vocab_size=600)
+    alone = default("okay", add_special_tokens=False)["input_ids"]
+    assert not all(contains(default(c.format(w="okay"), add_special_tokens=False)["input_ids"], alone) for c in contexts)
+
+
 def test_load_tiny_save_reload_same_outputs(tiny, tmp_path):
     model, tok = tiny
     assert model.config.model_type == "qwen2" and model.dtype == torch.float32 and not model.training

@@ -81,3 +81,12 @@ def test_bad_model_specs_say_what_to_give():
         policy.load("tiny:layers=abc", device="cpu")
     with pytest.raises(ValueError, match="no such directory.*tiny"):
         policy.load("/no/such/checkpoint", device="cpu")
+
+
+@pytest.mark.parametrize("script", ["train_bc", "train_mgrpo", "eval", "experts"])
+def test_every_script_prints_its_help(script, capsys):
+    """--help renders every field's docstring (argparse %-formats them: a literal % once crashed train_bc)."""
+    import importlib
+    with pytest.raises(SystemExit) as done:
+        trainlib.parse_args(importlib.import_module(script).Args, ["--help"])
+    assert done.value.code == 0 and "--seed" in capsys.readouterr().out

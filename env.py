@@ -741,10 +741,7 @@ class TaskFamily:
         request is blocked and counted. Default: Task.allowed_hosts, else the hosts of its start_url tabs."""
         if task.allowed_hosts:
             return tuple(task.allowed_hosts)
-        hosts = []
-        for url in task.start_url.split(" |AND| "):
-            parts = urlsplit(url.strip())
-            hosts.append(parts.netloc if parts.scheme in ("http", "https") else parts.scheme)
+        hosts = (host_entry(url) for url in task.start_url.split(" |AND| "))
         return tuple(h for h in hosts if h)
 
     async def setup_context(self, env: WebEnv, context: Any, task: Task) -> None:
@@ -1030,6 +1027,14 @@ class WebArenaFamily(TaskFamily):
 register_family(WebArenaFamily())
 
 
+def host_entry(url: str) -> str:
+    """The allow-list entry that admits ``url``: "host:port" (or "host") of an http(s) URL, else its scheme
+    ("file"; "" for a relative one), e.g. ``host_entry("http://127.0.0.1:7770/a") == "127.0.0.1:7770"``."""
+    parts = urlsplit(url.strip())
+    return parts.netloc if parts.scheme in ("http", "https") else parts.scheme
+
+
+@functools.lru_cache(maxsize=256)
 def outside_hosts_re(allowed: tuple[str, ...]) -> re.Pattern:
     """A regex matching every URL outside `allowed` (entries "host", "host:port" or "file"); data:, blob:
     and about: URLs are never matched. Matched in Playwright's driver, so allowed requests cost nothing."""
@@ -2786,8 +2791,7 @@ async def _program_html(task: Task, page: Any, rubric: str, judge: Any, helpers:
                     return 0.0
                 url = str(url)
             if url != "last":
-                parts = urlsplit(url)
-                allowed.add(parts.netloc if parts.scheme in ("http", "https") else parts.scheme)
+                allowed.add(host_entry(url))
                 if probe is None:
                     probe_ctx, probe = await _open_probe(page, allowed)
                 try:

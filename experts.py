@@ -95,9 +95,9 @@ SPLITS = {"train": TRAIN_SEEDS, "eval": EVAL_SEEDS}
 
 EPISODE_TIMEOUT_S = 60.0      # one demonstration, reset included
 # WebEnv options for demonstrations: a generous action timeout, so that a click on a loaded 2-core box
-# is not refused after env.py's default 2 s (the observations do not depend on it), and the one
-# observation cap that RL and evaluation use too.
-ENV_KWARGS: dict[str, Any] = {"action_timeout_ms": 10_000, "max_obs_chars": webenv.MAX_OBS_CHARS}
+# is not refused after env.py's default 2 s (the observations do not depend on it). The observation cap is
+# env.py's default, env.MAX_OBS_CHARS, the one RL and evaluation use too.
+ENV_KWARGS: dict[str, Any] = {"action_timeout_ms": 10_000}
 
 
 # ---- the demonstrator's hands: it reads the page, it acts only through env.step ----

@@ -20,6 +20,10 @@ One training step:
      backend gets the weights pushed after every optimizer step, then a probe sequence's log-probs are
      compared between engine and trainer (a silent no-op sync shows up as a large difference).
 
+Options beyond the paper (off by default, each with an ablation row in README.md): ``--dynamic-sampling N``
+(DAPO: roll up to N rounds until a step has B groups with unequal rewards), ``--task-sampling pq`` (groups
+go to tasks with weight p(1-p) of their running success), ``--warmup-steps``, ``--time-budget``.
+
 Departures from the paper: the default batch is B=4 tasks x G=4 (16 trajectories, the paper's batch
 size); the paper does not give G. With ``--updates-per-batch 1`` (default) the ratio is 1 and the old
 log-probs are the detached current ones, as in the paper's on-policy setting.
@@ -38,6 +42,7 @@ import dataclasses
 import json
 import logging
 import math
+import random
 import signal
 import time
 from dataclasses import dataclass, field
@@ -75,13 +80,21 @@ class Args:
     group_size: int = 4
     """G in Eq. 2: trajectories per task, all from the same start page"""
     lr: float = 1e-6
-    """constant learning rate (paper: 1e-6)"""
+    """learning rate, constant after the warm-up (paper: 1e-6)"""
+    warmup_steps: int = 0
+    """linear lr warm-up over this many optimizer steps (0: none, the paper's constant lr)"""
     clip_eps: float = 0.2
     """epsilon of the clipped ratio in Eq. 2"""
     beta: float = 0.001
     """KL coefficient in Eq. 2; 0 loads no reference model"""
     zero_std: Literal["skip", "keep"] = "skip"
     """groups with all-equal rewards: skip (leave the loss, KL included) or keep"""
+    dynamic_sampling: int = 0
+    """DAPO's dynamic sampling: up to N rollout rounds of B groups per step, stopping once B groups (all ranks)
+    have unequal rewards; every such group of every round enters the update. 0 = off (one round, the paper's)"""
+    task_sampling: Literal["rotation", "pq"] = "rotation"
+    """which task each group gets: rotation (tasks in turn, the paper's) or pq (drawn with weight
+    max(p(1-p), 0.02), p = the task's running rollout success: groups go where their rewards can differ)"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     micro_batch: int = 4
@@ -110,6 +123,8 @@ class Args:
     """CPU only: torch threads of the update, which runs while the browsers are idle (0 = torch's default)"""
     save_every: int = 10
     """checkpoint every N steps (0: only at the end)"""
+    time_budget: float = 0.0
+    """stop after the step during which this many seconds of training have passed (0: only --steps)"""
     resume: bool = False
     """continue from <out>/latest"""
 
@@ -120,6 +135,84 @@ def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int) -> list
     return [dataclasses.replace(tasks[k % len(tasks)],
                                 seed=webenv.TRAIN_SEEDS[(seed * 7919 + k) % len(webenv.TRAIN_SEEDS)])
             for k in range(cursor, cursor + n)]
+
+
+class TaskSampler:
+    """The task of each rollout group. ``"rotation"`` (the paper's): tasks in turn (``step_tasks``).
+    ``"pq"``: each group's task is drawn with weight max(p(1-p), ``floor``), where p is the task's running
+    rollout success (an exponential moving average of its groups' mean rewards, ``ema`` per group; an unseen
+    task counts as p = 0.5). A task the policy always or never solves yields groups of equal rewards, which
+    carry no gradient; p(1-p) is the variance of a group's rewards, so groups go where they can teach. Either
+    way group k keeps its own TRAIN_SEEDS page, and the running estimates are part of the checkpoint."""
+
+    def __init__(self, tasks: list[webenv.Task], mode: str = "rotation", seed: int = 0, rank: int = 0,
+                 ema: float = 0.3, floor: float = 0.02) -> None:
+        self.tasks, self.mode, self.seed, self.ema, self.floor = tasks, mode, seed, ema, floor
+        self.p: dict[str, float] = {}                      # task_id -> running success
+        self._rng = random.Random(seed * 1000 + rank)
+
+    def draw(self, cursor: int, n: int) -> list[webenv.Task]:
+        """Tasks of groups cursor .. cursor+n-1."""
+        groups = step_tasks(self.tasks, cursor, n, self.seed)
+        if self.mode == "rotation":
+            return groups
+        weights = [self.weight(t.task_id) for t in self.tasks]
+        picks = self._rng.choices(self.tasks, weights, k=n)
+        return [dataclasses.replace(task, seed=g.seed) for task, g in zip(picks, groups)]
+
+    def weight(self, task_id: str) -> float:
+        p = self.p.get(task_id, 0.5)
+        return max(p * (1.0 - p), self.floor)
+
+    def observe(self, trajs: list[Trajectory]) -> None:
+        """Update the running success of each group's task (environment failures left out)."""
+        for members, _ in group_outcomes(trajs)[0]:
+            mean = sum(t.reward for t in members) / len(members)
+            tid = members[0].task_id
+            self.p[tid] = mean if tid not in self.p else (1 - self.ema) * self.p[tid] + self.ema * mean
+
+    def state(self) -> dict:
+        return {"p": dict(self.p), "rng": self._rng.getstate()}
+
+    def load_state(self, state: dict | None) -> None:
+        if state:
+            self.p = dict(state["p"])
+            rng = state["rng"]
+            self._rng.setstate((rng[0], tuple(rng[1]), rng[2]))   # JSON turned the tuples into lists
+
+
+def group_outcomes(trajs: list[Trajectory]) -> tuple[list[tuple[list[Trajectory], bool]], int]:
+    """Per group with >= 2 trajectories the environment did not end: (those trajectories, whether their
+    rewards are all equal); and the number of groups left without a baseline (< 2 valid trajectories)."""
+    by_group: dict[int, list[Trajectory]] = collections.defaultdict(list)
+    for t in trajs:
+        by_group[t.group].append(t)
+    out, dropped = [], 0
+    for members in by_group.values():
+        valid = [t for t in members if not t.env_error]
+        if len(valid) < 2:
+            dropped += 1
+        else:
+            out.append((valid, len({t.reward for t in valid}) == 1))
+    return out, dropped
+
+
+async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
+                        reduce_sum=lambda n: n) -> tuple[list[Trajectory], int, int]:
+    """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1: rounds of ``groups_per_rank``
+    groups (``draw(n)`` -> their tasks, ``roll(tasks, first_group)`` -> their trajectories, group ids
+    first_group..) until every rank together holds as many groups with unequal rewards as one round has
+    groups, or ``max_rounds`` rounds ran. Ranks agree on every decision (``reduce_sum`` over ranks).
+    Returns (all trajectories, rounds, groups with unequal rewards on this rank)."""
+    trajs: list[Trajectory] = []
+    rounds = 0
+    target = reduce_sum(groups_per_rank)
+    while True:
+        trajs += await roll(draw(groups_per_rank), rounds * groups_per_rank)
+        rounds += 1
+        informative = sum(not flat for _, flat in group_outcomes(trajs)[0])
+        if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
+            return trajs, rounds, informative
 
 
 # ---- log-probs of a batch of samples ----
@@ -186,20 +279,13 @@ def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lamb
       weights use the total group count and are multiplied by ``world``, because DeepSpeed averages the
       ranks' gradients: the mean of the ranks' losses is then exactly Eq. 2 over every group of the step.
     """
-    by_group: dict[int, list[Trajectory]] = collections.defaultdict(list)
-    for t in trajs:
-        by_group[t.group].append(t)
-    kept, flags, dropped = [], [], 0
-    for members in by_group.values():
-        valid = [t for t in members if not t.env_error]
-        if len(valid) < 2:
-            dropped += 1
-            continue
-        rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
-        flat = bool(rewards.std(unbiased=False) == 0)
+    outcomes, dropped = group_outcomes(trajs)
+    kept, flags = [], []
+    for valid, flat in outcomes:
         flags.append(flat)
         if flat and zero_std == "skip":
             continue
+        rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
         kept.append((valid, group_advantages(rewards, len(valid)).tolist()))
     n_total = reduce_sum(len(kept))   # groups in the loss, all ranks together
     rows = [(t, a) for valid, adv in kept for t, a in zip(valid, adv)]   # (an empty one still counts in G_g)
@@ -285,7 +371,8 @@ def main(args: Args) -> Path:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cfg = trainlib.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
                              bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
-    engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0, schedule=trainlib.constant)
+    engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0,
+                                  schedule=trainlib.linear_warmup(args.warmup_steps))
     if args.backend == "hf":
         if trainlib.zero_stage(cfg) == 3 and world > 1:
             raise SystemExit("--backend hf with ZeRO-3 on several ranks would gather weights in lock-step for "
@@ -299,9 +386,11 @@ def main(args: Args) -> Path:
                                      max_model_len=ep.max_context, seed=args.seed + rank)
 
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
+    sampler = TaskSampler(tasks, args.task_sampling, args.seed, rank)
     if args.resume and (ckpt := trainlib.latest_checkpoint(out)):
         state = trainlib.load_checkpoint(engine, ckpt, rank)
         step, cursor = state["step"], state["cursor"]
+        sampler.load_state(state.get(f"sampler_rank{rank}"))
         log.info("resumed from %s at step %d", ckpt, step)
 
     # Ctrl-C: finish the step, then every rank stops at the same step (the flag is agreed) and saves once
@@ -310,11 +399,11 @@ def main(args: Args) -> Path:
     metrics = trainlib.Metrics(out, enabled=rank == 0, start_step=step)
     if rank == 0:
         trainlib.rewind_jsonl(out / "trajectories.jsonl", step)
-    step, cursor, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics,
+    step, cursor, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, sampler, metrics,
                                               step=step, cursor=cursor, stop=stop))
 
     # ---- save ----
-    ckpt = trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+    ckpt = trainlib.save_checkpoint(engine, tokenizer, out, step, trainer_state(cursor, sampler), rank)
     final = trainlib.publish_hf(ckpt, out, rank)
     if rank == 0:
         metrics.close()
@@ -322,15 +411,23 @@ def main(args: Args) -> Path:
                               ("rollout/response_tokens", "response tokens / trajectory"),
                               ("rollout/num_turns", "interactions / trajectory")],
                               out / "dynamics.png", title=f"M-GRPO training dynamics ({args.model})")
-        log.info("saved %s%s", final, " (interrupted)" if stopped else "")
+        log.info("saved %s%s", final, " (stopped early)" if stopped else "")
     torch.distributed.barrier()
     return final
 
 
-async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[webenv.Task], metrics, *,
+def trainer_state(cursor: int, sampler: TaskSampler) -> dict:
+    """What a checkpoint keeps besides the weights: groups consumed, and every rank's task sampler."""
+    states = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(states, sampler.state())
+    return {"cursor": cursor, **{f"sampler_rank{r}": st for r, st in enumerate(states)}}
+
+
+async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: TaskSampler, metrics, *,
                 step: int, cursor: int, stop: dict) -> tuple[int, int, bool]:
-    """RL steps from ``step`` to ``args.steps`` (or until a rank was interrupted): rollouts, advantages,
-    update, weight sync, logs, periodic checkpoints. Returns (steps done, groups consumed, interrupted)."""
+    """RL steps from ``step`` to ``args.steps`` (or until a rank was interrupted, or ``--time-budget`` ran
+    out): rollouts, advantages, update, weight sync, logs, periodic checkpoints. Returns (steps done, groups
+    consumed, stopped early)."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     groups_per_rank = args.tasks_per_step // world
     out = Path(args.out)
@@ -339,6 +436,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     stopped = False
+    started = time.time()
     async with webenv.BrowserPool() as pool, \
             Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
                    env_kwargs={"max_obs_chars": args.episode.max_obs_chars,
@@ -348,10 +446,21 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 # ---- rollouts: B x G trajectories, each in its own browser context ----
                 t0 = time.time()
                 engine.module.eval()
-                my_tasks = step_tasks(tasks, cursor + rank * groups_per_rank, groups_per_rank, args.seed)
-                jobs = [Job(task, group=g) for g, task in enumerate(my_tasks) for _ in range(args.group_size)]
-                trajs = await rollouts(runner, backend, tokenizer, jobs, args.episode)
-                cursor += args.tasks_per_step
+
+                def draw(n: int) -> list[webenv.Task]:   # this rank's share of the next B groups of the run
+                    nonlocal cursor
+                    tasks = sampler.draw(cursor + rank * n, n)
+                    cursor += args.tasks_per_step
+                    return tasks
+
+                async def roll(tasks: list[webenv.Task], first: int) -> list[Trajectory]:
+                    jobs = [Job(task, group=first + g) for g, task in enumerate(tasks) for _ in range(args.group_size)]
+                    got = await rollouts(runner, backend, tokenizer, jobs, args.episode)
+                    sampler.observe(got)
+                    return got
+
+                trajs, rounds, _ = await sample_groups(roll, draw, groups_per_rank, args.dynamic_sampling,
+                                                       reduce_sum=_all_reduce_sum)
                 t_rollout = time.time() - t0
 
                 # ---- advantages and weights, then the update (Eq. 2) ----
@@ -369,6 +478,9 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
 
                 # ---- log ----
                 stats = rollout_stats(trajs, batch, t_rollout, t_train)
+                stats["rollout/rounds"] = float(rounds)
+                if args.task_sampling == "pq":
+                    stats.update({f"p_task/{t.task_id}": sampler.p.get(t.task_id, 0.5) for t in sampler.tasks})
                 stats.update(train_stats)
                 stats = _all_reduce_mean(stats)
                 metrics.log(step, stats)
@@ -381,9 +493,13 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                     bar.set_postfix(success=f"{stats['rollout/success_rate']:.2f}",
                                     turns=f"{stats['rollout/num_turns']:.1f}")
                 bar.update(1)
-                stopped = _all_reduce_max(int(stop["flag"])) > 0   # one rank's Ctrl-C stops them all here
+                out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
+                # one rank's Ctrl-C (or clock) stops them all at this step
+                stopped = _all_reduce_max(int(stop["flag"] or out_of_time)) > 0
+                if stopped and out_of_time and rank == 0:
+                    log.info("time budget of %.0f s reached after step %d", args.time_budget, step)
                 if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
-                    trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+                    trainlib.save_checkpoint(engine, tokenizer, out, step, trainer_state(cursor, sampler), rank)
         finally:
             bar.close()
             if hasattr(backend, "aclose"):

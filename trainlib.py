@@ -260,8 +260,11 @@ def cosine_with_warmup(total_steps: int, warmup_frac: float):
     return f
 
 
-def constant(step: int) -> float:
-    return 1.0
+def linear_warmup(warmup_steps: int):
+    """Linear warm-up over ``warmup_steps`` optimizer steps, then constant (0 steps: constant)."""
+    def schedule(step: int) -> float:
+        return min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+    return schedule
 
 
 # ---- per-token log-probs ----

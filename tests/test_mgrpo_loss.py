@@ -1,4 +1,7 @@
-"""mgrpo_loss against a slow reference written term by term from Eq. 2 with Python loops."""
+"""mgrpo_loss against a slow reference written term by term from Eq. 2 with Python loops; the batch, the task
+sampler and dynamic sampling on made-up trajectories."""
+import asyncio
+import json
 import math
 import random
 
@@ -6,7 +9,10 @@ import pytest
 import torch
 
 from rollout import Sample, Trajectory
-from train_mgrpo import eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss
+import env as webenv
+import trainlib
+from train_mgrpo import (TaskSampler, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups,
+                         step_tasks)
 
 
 def make_batch(rng: random.Random, n_groups=3, G=4, max_steps=5, max_tokens=7):
@@ -194,3 +200,78 @@ def test_batch_keep_zero_std_keeps_their_kl_only():
     assert keep.groups == skip.groups + 1
     n0 = sum(len(t["actions"]) for t in groups[0])
     assert keep.adv[:n0] == [0.0] * n0      # zero advantage: only the KL term acts on that group
+
+
+# ---- which groups a step rolls: the task sampler and DAPO's dynamic sampling ----
+
+def _tasks(n: int) -> list[webenv.Task]:
+    return [webenv.Task(f"t{k}", "x", "", "http://x.test/", family="miniwob") for k in range(n)]
+
+
+def _group(g: int, task_id: str, rewards: list[float], env_error: int = -1) -> list[Trajectory]:
+    return [Trajectory(group=g, task_id=task_id, seed=0, reward=r, env_error=i == env_error)
+            for i, r in enumerate(rewards)]
+
+
+def test_rotation_is_the_papers_order_and_pq_goes_where_rewards_differ():
+    tasks = _tasks(3)
+    rot = TaskSampler(tasks, "rotation", seed=5)
+    assert rot.draw(7, 4) == step_tasks(tasks, 7, 4, 5)
+
+    pq = TaskSampler(tasks, "pq", seed=5)
+    assert [pq.weight(t.task_id) for t in tasks] == [0.25, 0.25, 0.25]    # unseen: p = 0.5
+    pq.observe(_group(0, "t0", [1, 1, 1, 1]) + _group(1, "t1", [0, 0, 0, 0]) + _group(2, "t2", [1, 0, 1, 0])
+               + _group(3, "t1", [1, 1, 1, 1], env_error=0))        # 3 valid of 4: p(t1) = 0.7 * 0 + 0.3 * 1
+    assert pq.p == {"t0": 1.0, "t1": pytest.approx(0.3), "t2": 0.5}
+    assert pq.weight("t0") == 0.02 and pq.weight("t1") == pytest.approx(0.21)   # the floor; p(1-p)
+    drawn = pq.draw(0, 2000)
+    counts = {t.task_id: sum(d.task_id == t.task_id for d in drawn) for t in tasks}
+    assert counts["t0"] < 0.06 * 2000 and counts["t2"] > counts["t1"] > 10 * counts["t0"] / 2
+    assert [d.seed for d in drawn[:4]] == [g.seed for g in step_tasks(tasks, 0, 4, 5)]  # group k keeps its page
+
+    # the state survives a checkpoint (trainer_state.json is JSON): the same draws after a resume
+    again = TaskSampler(tasks, "pq", seed=5)
+    again.load_state(json.loads(json.dumps(pq.state())))
+    assert again.p == pq.p and again.draw(9, 50) == pq.draw(9, 50)
+
+
+def _fake_roller(rewards_per_round: list[list[list[float]]]):
+    """roll() of a step whose k-th round gives groups with the given rewards; records the calls."""
+    calls = []
+
+    async def roll(tasks, first):
+        k = len(calls)
+        calls.append((len(tasks), first))
+        return [t for g, r in enumerate(rewards_per_round[k]) for t in _group(first + g, tasks[g].task_id, r)]
+    return roll, calls
+
+
+def test_dynamic_sampling_rolls_until_a_round_worth_of_groups_has_signal():
+    tasks = _tasks(2)
+    draw = lambda n: step_tasks(tasks, 0, n, 0)                          # noqa: E731
+    flat, mixed = [1.0, 1.0], [1.0, 0.0]
+    roll, calls = _fake_roller([[flat, flat], [mixed, flat], [flat, mixed], [mixed, mixed]])
+    trajs, rounds, informative = asyncio.run(sample_groups(roll, draw, 2, max_rounds=4))
+    assert (rounds, informative) == (3, 2) and calls == [(2, 0), (2, 2), (2, 4)]   # new group ids per round
+    batch = mgrpo_batch(trajs)
+    assert batch.groups == 2 and batch.zero_std == [True, True, False, True, True, False]
+
+    roll, calls = _fake_roller([[flat, flat], [flat, flat]])
+    assert asyncio.run(sample_groups(roll, draw, 2, max_rounds=2))[1:] == (2, 0)   # the cap
+    roll, calls = _fake_roller([[flat, flat]])
+    assert asyncio.run(sample_groups(roll, draw, 2, max_rounds=0))[1:] == (1, 0)   # off: one round
+
+    # several ranks decide together: this rank's groups all have signal, but the other 3 ranks' have none,
+    # so every rank goes on rolling (one rank alone would stop after its first round)
+    answers = iter([8])                                                   # the target: 4 ranks x 2 groups
+
+    def reduce_sum(n):
+        return next(answers, None) or n                                   # the other ranks add nothing
+    roll, calls = _fake_roller([[mixed, mixed], [mixed, mixed]])
+    assert asyncio.run(sample_groups(roll, draw, 2, 2, reduce_sum=reduce_sum))[1:] == (2, 4)
+
+
+def test_linear_warmup():
+    s = trainlib.linear_warmup(4)
+    assert [s(k) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert trainlib.linear_warmup(0)(0) == 1.0

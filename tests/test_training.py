@@ -147,29 +147,37 @@ def half_right_bc(demos, tmp_path_factory) -> Path:
 
 
 def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
+    """Three M-GRPO steps in Chromium with the options beyond the paper on (dynamic sampling, p(1-p) task
+    sampling, lr warm-up), a checkpoint at step 2, and a resume from it."""
     out = tmp_path / "rl"
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--tasks-per-step", "2", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40",
-              "--prompt", "short", "--lr", "1e-4", "--save-every", "2"]
+              "--prompt", "short", "--lr", "1e-4", "--save-every", "2",
+              "--dynamic-sampling", "2", "--task-sampling", "pq", "--warmup-steps", "2"]
     run_script("train_mgrpo.py", *common, "--steps", "3")
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert any(r["rollout/frac_zero_std"] < 1.0 for r in rows), "no group had a learning signal"
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
-    for key in ("rollout/success_rate", "rollout/response_tokens", "rollout/num_turns", "train/seconds"):
+    for key in ("rollout/success_rate", "rollout/response_tokens", "rollout/num_turns", "train/seconds",
+                "rollout/rounds", "p_task/miniwob/click-button"):
         assert key in rows[0]
+    rounds = [r["rollout/rounds"] for r in rows]
+    assert set(rounds) <= {1.0, 2.0}
     assert (out / "dynamics.png").stat().st_size > 0
     trajs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(trajs) == 3 and all(t["steps"] and "response" in t["steps"][0] for t in trajs)
     state2 = json.loads((out / "step_2" / "trainer_state.json").read_text())
-    assert state2 == {"step": 2, "cursor": 4}
+    assert state2["step"] == 2 and state2["cursor"] == 2 * sum(rounds[:2])   # B groups per round
+    assert set(state2["sampler_rank0"]["p"]) <= {"miniwob/click-button", "miniwob/click-link"}
 
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
     run_script("train_mgrpo.py", *common, "--steps", "3", "--resume")
     steps = [r["step"] for r in metrics(out)]
     assert steps == [1, 2, 3]                        # step 3 redone, logged once
     assert [json.loads(line)["step"] for line in (out / "trajectories.jsonl").read_text().splitlines()] == [1, 2, 3]
-    assert json.loads((out / "step_3" / "trainer_state.json").read_text()) == {"step": 3, "cursor": 6}
+    state3 = json.loads((out / "step_3" / "trainer_state.json").read_text())
+    assert state3["step"] == 3 and state3["cursor"] == state2["cursor"] + 2 * metrics(out)[2]["rollout/rounds"]
 
 
 def _rank_pid(script: str, local_rank: int) -> int | None:

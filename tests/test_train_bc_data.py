@@ -111,3 +111,112 @@ def test_cot_rewrite_failing_teacher_keeps_original(tmp_path, teacher_url):
     records = [json.loads(json.dumps(TRAJ))]
     counts = asyncio.run(train_bc.rewrite_with_cot(records, _teacher(teacher_url), str(tmp_path / "c.jsonl"), concurrency=2))
     assert counts["cot/failures"] == 2 and records == [TRAJ]
+
+
+# ---- WebRL's own BC format: the history inside ONE human turn, Llama-3 control tokens written as text ----
+# Layout of THUDM/WebRL scripts/process_data.py (format_prompt) and VAB's WebRLPromptConstructor; WebRL trained
+# it with LLaMA-Factory's "llama3_web" template: bos, the human text verbatim (its control-token strings parsed
+# as the special tokens), then the gpt text and <|eot_id|>, each piece tokenized on its own; loss on the gpt
+# text and its <|eot_id|> only. The texts below are ours; the structure is WebRL's.
+EOT, SH, EH = "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"
+W_INTENT = "Open the REPORTS page"
+W_OBS1 = '<html> <a id="7"> REPORTS </a> <a id="8"> Sales </a> </html>'
+W_RESP0 = '# Element: the Sales link\ndo(action="Click", element="8")'
+W_RESP1 = "# Element: the 'REPORTS' section on the left sidebar\ndo(action=\"Click\", element=\"7\")"
+W_SYSTEM = "You are a web agent."
+
+
+def _webrl_human(history_obs: str = compress.PLACEHOLDER) -> str:
+    """Round 0 (observation shown as WebRL's history shows it, then its response), Round 1 pending."""
+    return (f"Task Instruction: {W_INTENT}\n\n"
+            f"Round 0\n\n{EOT}{SH}user{EH}\n{history_obs}\n\n{EOT}{SH}assistant{EH}\n{W_RESP0}\n\n"
+            f"Round 1\n\n{EOT}{SH}user{EH}\n{W_OBS1}\n\n{EOT}{SH}assistant{EH}\n")
+
+
+W_REC = {"conversations": [{"from": "human", "value": _webrl_human()}, {"from": "gpt", "value": W_RESP1}]}
+
+
+@pytest.fixture(scope="module")
+def llama3_tok():
+    corpus = [_webrl_human(), W_RESP1, W_SYSTEM, compress.PLACEHOLDER] * 10
+    return policy.build_tokenizer(corpus, vocab_size=500, template="llama3")
+
+
+def _webrl_expected(tok, system: str | None = None) -> tuple[list[int], list[int]]:
+    """WebRL's sample built from the pieces, token by token: each text between control tokens encoded alone,
+    each control token its id; the response encoded on its own after the human turn (LLaMA-Factory's slots)."""
+    def enc(text):
+        assert not any(t in text for t in (EOT, SH, EH))
+        return tok.encode(text, add_special_tokens=False)
+    eot, sh, eh = (tok.convert_tokens_to_ids(t) for t in (EOT, SH, EH))
+    prompt = [tok.convert_tokens_to_ids("<|begin_of_text|>")]
+    if system:   # llama3_web's system slot
+        prompt += [sh] + enc("system") + [eh] + enc("\n\n" + system) + [eot]
+    prompt += enc(f"Task Instruction: {W_INTENT}\n\nRound 0\n\n")
+    prompt += [eot, sh] + enc("user") + [eh] + enc(f"\n{compress.PLACEHOLDER}\n\n")
+    prompt += [eot, sh] + enc("assistant") + [eh] + enc(f"\n{W_RESP0}\n\nRound 1\n\n")
+    prompt += [eot, sh] + enc("user") + [eh] + enc(f"\n{W_OBS1}\n\n")
+    prompt += [eot, sh] + enc("assistant") + [eh] + enc("\n")
+    target = enc(W_RESP1) + [eot]
+    return prompt + target, [0] * len(prompt) + [1] * len(target)
+
+
+def test_webrl_inline_record_renders_as_webrl_trained(tmp_path, llama3_tok):
+    tok = llama3_tok
+    path = tmp_path / "webrl.json"
+    path.write_text(json.dumps([W_REC, dict(W_REC, system=W_SYSTEM)]))
+    names = []
+    steps = train_bc.records_to_steps(train_bc.load_records(str(path), names), prompt="thinking", names=names)
+    assert [st.render for st in steps] == ["llama3_web", "llama3_web"]
+    for st, system in zip(steps, [None, W_SYSTEM]):
+        ids, mask = train_bc.render_step(tok, st)
+        want_ids, want_mask = _webrl_expected(tok, system)
+        assert ids == want_ids
+        assert mask == want_mask
+    # the loss covers only the record's gpt turn: the inline Round-0 response is prompt
+    ids, mask = train_bc.render_step(tok, steps[0])
+    assert tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False) == W_RESP1 + EOT
+    # mutation guard: the markers treated as plain text (the old rendering: a user turn of the Llama-3 chat
+    # template, control strings sanitized; or the verbatim text with special tokens split) are other ids
+    old_ids, _ = compress.render_sample(tok, steps[0].messages)
+    assert old_ids != want_ids
+    plain = tok(_webrl_human(), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    assert [tok.bos_token_id] + plain + tok.encode(W_RESP1, add_special_tokens=False) + [
+        tok.convert_tokens_to_ids(EOT)] != _webrl_expected(tok)[0]
+    # --no-think-in-loss on a thinking response: the thought leaves the loss, the answer and <|eot_id|> stay
+    think = compress.format_response("# Element: the REPORTS link", 'do(action="Click", element="7")')
+    ids, mask = train_bc.render_llama3_web(tok, steps[0].messages[:-1] + [{"role": "assistant", "content": think}],
+                                           think_in_loss=False)
+    kept = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    assert "REPORTS link" not in kept and kept.strip().endswith(EOT) and 'element="7"' in kept
+
+
+def test_webrl_inline_record_needs_llama3_special_tokens(tmp_path):
+    """A tokenizer without Llama-3's control tokens would train the markers as plain text: refused, naming the
+    record and the way out (--webrl-render split)."""
+    chatml = policy.build_tokenizer([_webrl_human(), W_RESP1] * 10, vocab_size=400, template="chatml")
+    path = tmp_path / "webrl.jsonl"
+    path.write_text(json.dumps(WEBRL) + "\n" + json.dumps(W_REC) + "\n")
+    names = []
+    steps = train_bc.records_to_steps(train_bc.load_records(str(path), names), prompt="short", names=names)
+    assert [st.render for st in steps] == ["chat", "llama3_web"]
+    train_bc.render_step(chatml, steps[0])                 # a plain sharegpt record is unaffected
+    with pytest.raises(train_bc.WebRLFormatError, match=r"webrl\.jsonl line 2.*<\|eot_id\|>.*--webrl-render split"):
+        train_bc.render_step(chatml, steps[1])
+
+
+def test_webrl_split_render_rebuilds_the_paper_turns(llama3_tok):
+    """--webrl-render split: the human turn becomes the messages it embeds (the project's own prompt turns),
+    rendered by the model's chat template; only the record's gpt turn is trained."""
+    steps = train_bc.records_to_steps([W_REC], prompt="short", webrl_render="split")
+    assert len(steps) == 1 and steps[0].render == "chat"
+    want = compress.build_messages(W_INTENT, [compress.Turn("<html> round 0 </html>", W_RESP0)], W_OBS1,
+                                   prompt=None) + [{"role": "assistant", "content": W_RESP1}]
+    assert steps[0].messages == want
+    ids, mask = train_bc.render_step(llama3_tok, steps[0])
+    assert ids == llama3_tok.apply_chat_template(want, tokenize=True, return_dict=True)["input_ids"]
+    assert llama3_tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False) == W_RESP1 + EOT
+    # a human turn with markers that is not WebRL's layout is refused in split mode, named
+    bad = {"id": "x7", "conversations": [{"from": "human", "value": f"hi {EOT} there"}, {"from": "gpt", "value": "ok"}]}
+    with pytest.raises(ValueError, match="record 0 .id 'x7'.*does not end with"):
+        train_bc.records_to_steps([bad], prompt="short", webrl_render="split")

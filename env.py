@@ -20,8 +20,11 @@ What it implements
 - Reward: binary, from the family. MiniWoB: the page's raw reward > 0 when the page ends the episode
   (``exit()`` before that scores 0); WebArena: the rubric ``evaluate`` (string_match / url_match /
   program_html) on exit().
-- Security: a context reaches only its task's hosts (request and WebSocket routers); other requests are
-  aborted and counted (info["blocked_requests"]); downloads and service workers are off.
+- Security: a context reaches only its task's origins (host:port). The request and WebSocket routers abort
+  other requests and count them (info["blocked_requests"], by kind in info["blocked_kinds"]); every
+  connection goes through this process's SandboxProxy (SOCKS5), which refuses any other host:port before
+  resolving or connecting (redirect hops, workers, preconnects included); Chromium resolves no name itself;
+  WebRTC is removed; downloads and service workers are off. The program_html scoring context obeys the same.
 - Faults: a crashed page, a closed context or a dead browser ends the episode (done_reason "crash", a
   reason in info); the next reset works (fresh context, browser relaunched).
 
@@ -67,6 +70,9 @@ import mimetypes
 import os
 import re
 import shutil
+import socket
+import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -731,6 +737,9 @@ class TaskFamily:
     #: May an env keep its context and first tab for the next episode of this family (cookies cleared, the
     #: start URL loaded again unless ``restart_in_place``)? Saves a new context and renderer per episode.
     reuse_context: bool = False
+    #: Allowed hosts that the family's own router (``setup_context``) serves: the sandbox proxy never connects
+    #: to them (nor resolves them), it refuses a speculative connection to one without counting it.
+    routed_hosts: tuple[str, ...] = ()
 
     def load(self, body: str) -> list[Task]:
         """The tasks named by the BODY of a ``load_tasks("NAME:BODY")`` spec."""
@@ -916,6 +925,7 @@ class MiniWoBFamily(TaskFamily):
     Other options for one env: ``pool.new_env(families=[MiniWoBFamily(in_place=True)])``."""
     name = "miniwob"
     reuse_context = True
+    routed_hosts = (MINIWOB_HOST,)
 
     def __init__(self, success: str = "positive", in_place: bool = False) -> None:
         if success not in ("positive", "perfect"):
@@ -1027,22 +1037,213 @@ class WebArenaFamily(TaskFamily):
 register_family(WebArenaFamily())
 
 
-def host_entry(url: str) -> str:
-    """The allow-list entry that admits ``url``: "host:port" (or "host") of an http(s) URL, else its scheme
-    ("file"; "" for a relative one), e.g. ``host_entry("http://127.0.0.1:7770/a") == "127.0.0.1:7770"``."""
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
+def _host_port(url: str) -> tuple[str, int] | None:
+    """(host, port) of an http(s)/ws(s) URL, the scheme's default port filled in; None for other URLs."""
     parts = urlsplit(url.strip())
-    return parts.netloc if parts.scheme in ("http", "https") else parts.scheme
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    host = (parts.hostname or "").lower()
+    return (host, port or _DEFAULT_PORTS[scheme]) if host else None
+
+
+def host_entry(url: str) -> str:
+    """The allow-list entry that admits ``url``: the origin "host:port" of an http(s)/ws(s) URL (the
+    scheme's default port filled in), else its scheme ("file"; "" for a relative one), e.g.
+    ``host_entry("http://127.0.0.1:7770/a") == "127.0.0.1:7770"``, ``host_entry("https://x.org/") ==
+    "x.org:443"``."""
+    hp = _host_port(url)
+    if hp is None:
+        scheme = urlsplit(url.strip()).scheme.lower()
+        # "localhost:7770" (no scheme) parses as scheme "localhost": never let that become a bare host entry
+        return scheme if scheme == "file" or "://" in url else ""
+    host, port = hp
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _split_entry(entry: str) -> tuple[str, int | None]:
+    """("host", port) of an allow-list entry "host:port" / "[v6]:port"; port None for a bare "host"."""
+    e = entry.strip().lower()
+    if e.startswith("["):
+        host, _, rest = e[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif e.count(":") == 1:
+        host, port = e.split(":")
+    else:
+        host, port = e, ""
+    return host, (int(port) if port.isdigit() else None)
+
+
+def origin_allowed(allowed: Sequence[str], host: str, port: int) -> bool:
+    """Is ``host:port`` admitted by an entry of ``allowed`` ("host:port", or a bare "host" = any port)?"""
+    host = host.lower().strip("[]")
+    for entry in allowed:
+        h, p = _split_entry(entry)
+        if h == host and (p is None or p == port):
+            return True
+    return False
+
+
+def url_allowed(allowed: Sequence[str], url: str) -> bool:
+    """May a context with allow-list ``allowed`` request ``url``? data:, blob:, about: always; file: when
+    "file" is listed; http(s)/ws(s) when its host:port is (``origin_allowed``); nothing else."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("data", "blob", "about", "chrome-error"):
+        return True
+    if scheme == "file":
+        return "file" in allowed
+    hp = _host_port(url)
+    return hp is not None and origin_allowed(allowed, *hp)
 
 
 @functools.lru_cache(maxsize=256)
 def outside_hosts_re(allowed: tuple[str, ...]) -> re.Pattern:
-    """A regex matching every URL outside `allowed` (entries "host", "host:port" or "file"); data:, blob:
-    and about: URLs are never matched. Matched in Playwright's driver, so allowed requests cost nothing."""
-    alts = [re.escape(h.lower()) + ("" if ":" in h else r"(?::\d+)?") for h in allowed if h != "file"]
+    """A regex matching every URL outside `allowed` (entries "host:port", a bare "host" = any port, or
+    "file"); a URL without a port has its scheme's default (http/ws 80, https/wss 443). data:, blob: and
+    about: URLs are never matched. Matched in Playwright's driver, so allowed requests cost nothing there
+    (the sandbox proxy still checks every connection, redirect hops included)."""
+    ui = r"(?:[^/?#@]*@)?"
+    alts = []
+    for entry in allowed:
+        if entry == "file":
+            continue
+        host, port = _split_entry(entry)
+        h = ui + (rf"\[{re.escape(host)}\]" if ":" in host else re.escape(host))
+        if port is None:
+            alts.append(rf"(?:https?|wss?)://{h}(?::\d+)?")
+        elif port in (80, 443):
+            plain, tls = ("http|ws", "https|wss") if port == 80 else ("https|wss", "http|ws")
+            alts.append(rf"(?:{plain})://{h}(?::{port})?|(?:{tls})://{h}:{port}")
+        else:
+            alts.append(rf"(?:https?|wss?)://{h}:{port}")
     hosts = "|".join(alts) or r"(?!)"
-    ok = r"data:|blob:|about:|" + (r"file:|" if "file" in allowed else "")
-    return re.compile(rf"^(?!(?:{ok}(?:https?|wss?)://(?:[^/?#@]*@)?(?:{hosts})(?:[/?#]|$)))", re.I)
+    ok = r"data:|blob:|about:" + (r"|file:" if "file" in allowed else "")
+    return re.compile(rf"^(?!(?:{ok})|(?:{hosts})(?:[/?#]|$))", re.I)
 
+
+# ---- the sandbox proxy: every connection a context opens is checked against its allow-list ----
+
+class SandboxProxy:
+    """A SOCKS5 proxy on 127.0.0.1 that every browser context of this process connects through (one listening
+    port per context, Playwright's per-context ``proxy``), running in its own thread and event loop so a busy
+    trainer loop does not stall page loads.
+
+    Why: Playwright's request router sees only the first request of a redirect chain, so an allowed page's
+    own ``/redirect?to=http://127.0.0.1:<port>/`` reached any local service. Through a proxy Chromium opens
+    no connection itself: each one, every redirect hop, worker fetch, WebSocket, EventSource, preconnect
+    and beacon included, is a SOCKS CONNECT to ``host:port`` that ``check(host, port)`` allows (the bytes are
+    then piped both ways untouched: cookies, POST bodies, TLS and streaming responses as they are) or refuses
+    before any name is resolved or any connection opened. SOCKS5 hands the host name to the proxy, so
+    Chromium does not resolve names either (``--host-resolver-rules`` makes sure of that).
+    ``check`` returns True (connect), False (refuse: a blocked attempt) or None (refuse silently: a host the
+    context's own router serves, such as miniwob.local, which a speculative preconnect may name)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._loop = asyncio.new_event_loop()
+        self._servers: dict[int, Any] = {}
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sandbox-proxy", daemon=True)
+        self._thread.start()
+
+    async def listen(self, check: Any) -> int:
+        """Start a listener whose connections are checked by ``check(host, port)``; returns its port."""
+        async def start() -> Any:
+            return await asyncio.start_server(lambda r, w: self._client(r, w, check), "127.0.0.1", 0)
+        fut = asyncio.run_coroutine_threadsafe(start(), self._loop)
+        srv = await asyncio.wait_for(asyncio.wrap_future(fut), 30)
+        port = srv.sockets[0].getsockname()[1]
+        self._servers[port] = srv
+        return port
+
+    def close(self, port: int | None) -> None:
+        """Stop listener ``port`` (its open tunnels end with their context)."""
+        srv = self._servers.pop(port, None) if port is not None else None
+        if srv is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(srv.close)
+
+    async def _client(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, check: Any) -> None:
+        up_w = None
+        refuse = b"\x05\x02\x00\x01" + bytes(6)          # reply 2: connection not allowed by ruleset
+        try:
+            hello = await asyncio.wait_for(r.readexactly(2), 10)
+            if hello[0] != 5:
+                return
+            await asyncio.wait_for(r.readexactly(hello[1]), 10)
+            w.write(b"\x05\x00")                          # no authentication
+            ver, cmd, _, atyp = await asyncio.wait_for(r.readexactly(4), 10)
+            if atyp == 1:
+                host = socket.inet_ntop(socket.AF_INET, await r.readexactly(4))
+            elif atyp == 4:
+                host = socket.inet_ntop(socket.AF_INET6, await r.readexactly(16))
+            elif atyp == 3:
+                host = (await r.readexactly((await r.readexactly(1))[0])).decode("ascii", "replace")
+            else:
+                w.write(b"\x05\x08\x00\x01" + bytes(6))
+                return
+            port = int.from_bytes(await r.readexactly(2), "big")
+            if ver != 5 or cmd != 1:                      # CONNECT only (no BIND, no UDP ASSOCIATE)
+                w.write(b"\x05\x07\x00\x01" + bytes(6))
+                return
+            try:
+                ok = check(host.lower(), port)
+            except Exception:                             # a broken check never opens the sandbox
+                log.exception("sandbox proxy check failed for %s:%d", host, port)
+                ok = False
+            if not ok:
+                w.write(refuse)
+                return
+            try:
+                up_r, up_w = await asyncio.wait_for(asyncio.open_connection(host, port), 15)
+            except (OSError, asyncio.TimeoutError):
+                w.write(b"\x05\x05\x00\x01" + bytes(6))   # connection refused
+                return
+            w.write(b"\x05\x00\x00\x01" + bytes(6))
+            pipes = [asyncio.ensure_future(self._pipe(r, up_w)), asyncio.ensure_future(self._pipe(up_r, w))]
+            # either side closing ends the tunnel (a browser never half-closes an HTTP connection)
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+            for p in pipes:
+                p.cancel()
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError):
+            pass
+        finally:
+            for writer in (w, up_w):
+                if writer is not None:
+                    with contextlib.suppress(Exception):
+                        writer.close()
+
+    @staticmethod
+    async def _pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await r.read(1 << 16):
+                w.write(data)
+                await w.drain()
+
+
+_sandbox_proxy: SandboxProxy | None = None
+_sandbox_proxy_lock = threading.Lock()
+
+
+def sandbox_proxy() -> SandboxProxy:
+    """This process's SandboxProxy, started on first use (again in a forked child, whose threads are gone)."""
+    global _sandbox_proxy
+    with _sandbox_proxy_lock:
+        if _sandbox_proxy is None or _sandbox_proxy.pid != os.getpid():
+            _sandbox_proxy = SandboxProxy()
+        return _sandbox_proxy
+
+
+def proxy_settings(port: int) -> dict[str, str]:
+    """Playwright's ``new_context(proxy=...)`` for a SandboxProxy listener. Playwright adds "<-loopback>" to the
+    bypass list (Chromium otherwise sends localhost/127.0.0.1 direct); it is given here too, explicitly."""
+    return {"server": f"socks5://127.0.0.1:{port}", "bypass": "<-loopback>"}
 
 # ---- browser pool: one Chromium, many isolated contexts ----
 
@@ -1055,6 +1256,10 @@ LAUNCH_ARGS = (
     "--disable-dev-shm-usage", "--mute-audio", "--password-store=basic", "--use-mock-keychain",
     "--disable-features=Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,"
     "CertificateTransparencyComponentUpdater,AutofillServerCommunication",
+    # No name is resolved by Chromium itself: every context connects through the sandbox proxy (SOCKS5 hands
+    # it the host name), which resolves allowed names only. 127.0.0.1 is excluded so that the proxy itself
+    # (an IP literal, which the rule would otherwise also map) stays reachable.
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 )
 
 
@@ -1237,6 +1442,8 @@ class WebEnv:
         self._done = True
         self._done_reason: str | None = None
         self._gen = 0                           # generation of the current context
+        self._proxy_port: int | None = None     # this context's SandboxProxy listener
+        self._block_lock = threading.Lock()     # the proxy thread counts blocked connections too
         self._last_obs: Observation | None = None
         self._reset_episode_state()
 
@@ -1244,6 +1451,9 @@ class WebEnv:
         self.steps = 0
         self.blocked_requests = 0
         self.blocked_urls: list[str] = []
+        self.blocked_kinds: dict[str, int] = {}  # per kind: a resource type, "websocket" or "connection"
+        # host:port -> (when, layer) of its last blocked attempt not yet matched by the other layer's
+        self._recent_blocks: dict[str, tuple[float, str]] = {}
         self.n_parse_errors = 0
         self.n_action_errors = 0
         self.dialogs: list[str] = []            # dialogs accepted during the current step
@@ -1278,6 +1488,8 @@ class WebEnv:
         if ctx is not None:
             with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
                 await asyncio.wait_for(ctx.close(), 10)
+        port, self._proxy_port = self._proxy_port, None
+        sandbox_proxy().close(port)
 
     async def close(self) -> None:
         """Close this env's context; the pool stays open."""
@@ -1287,9 +1499,13 @@ class WebEnv:
 
     async def _new_context(self, task: Task, fam: TaskFamily) -> Any:
         browser = await self.pool.get_browser()
+        # every connection of the context goes through this process's sandbox proxy, checked against the
+        # task's allow-list (redirect hops included, which the request router below never sees)
+        sandbox_proxy().close(self._proxy_port)
+        self._proxy_port = await sandbox_proxy().listen(self._proxy_check(self._allowed, fam.routed_hosts))
         kwargs: dict[str, Any] = dict(
             viewport={"width": self.viewport[0], "height": self.viewport[1]}, accept_downloads=False,
-            service_workers="block", locale="en-US")
+            service_workers="block", locale="en-US", proxy=proxy_settings(self._proxy_port))
         if task.storage_state:
             check_storage_state(task)          # a clear message instead of Playwright's on a missing login
             kwargs["storage_state"] = task.storage_state
@@ -1322,32 +1538,62 @@ class WebEnv:
         ctx.on("close", lambda _c: self._set_crash("the browser context was closed", gen))
         return ctx
 
-    # -- security: a context reaches only the hosts of its task --
+    # -- security: a context reaches only the origins of its task --
+    # Two layers: the request router aborts (in the driver, no round trip for allowed traffic) and counts the
+    # requests a page makes outside the allow-list, with their resource type; the sandbox proxy, which every
+    # connection of the context goes through, refuses any other host:port, which catches what the router
+    # never sees (redirect hops) before a name is resolved or a connection opened.
 
-    def _allowed_url(self, url: str) -> bool:
-        parts = urlsplit(url)
-        if parts.scheme in ("data", "blob", "about", "chrome-error"):
-            return True
-        if parts.scheme == "file":
-            return "file" in self._allowed
-        host = parts.hostname or ""
-        return any(h == parts.netloc or h == host for h in self._allowed)
+    def _block(self, url: str, kind: str, origin: str = "") -> None:
+        """Count one blocked attempt. A navigation outside the allow-list reaches both layers (Chromium's
+        speculative connection at navigation start is refused by the proxy, the request by the router), in
+        either order: the second sighting of an origin within 2 s by the other layer is the same attempt,
+        counted once under the router's kind (a resource type) rather than as a "connection"."""
+        layer = "proxy" if kind == "connection" else "router"
+        with self._block_lock:
+            now = time.monotonic()
+            if origin:
+                seen = self._recent_blocks.pop(origin, None)
+                if seen is not None and now - seen[0] < 2.0 and seen[1] != layer:
+                    if layer == "proxy":
+                        return
+                    self.blocked_requests -= 1                  # the proxy's count becomes the router's
+                    self.blocked_kinds["connection"] -= 1
+                    if not self.blocked_kinds["connection"]:
+                        del self.blocked_kinds["connection"]
+                    with contextlib.suppress(ValueError):
+                        self.blocked_urls.remove(origin)
+                else:
+                    self._recent_blocks[origin] = (now, layer)
+            self.blocked_requests += 1
+            self.blocked_kinds[kind] = self.blocked_kinds.get(kind, 0) + 1
+            if len(self.blocked_urls) < 20:
+                self.blocked_urls.append(url[:200])
 
-    def _block(self, url: str) -> None:
-        self.blocked_requests += 1
-        if len(self.blocked_urls) < 20:
-            self.blocked_urls.append(url[:200])
+    def _proxy_check(self, allowed: tuple[str, ...], routed: tuple[str, ...]) -> Any:
+        """The sandbox proxy's check for one context (called in the proxy's thread): True = connect, False =
+        refuse and count, None = refuse silently (a host the context's router serves, never connected)."""
+        def check(host: str, port: int) -> bool | None:
+            if origin_allowed(routed, host, port):
+                return None
+            if origin_allowed(allowed, host, port):
+                return True
+            origin = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self._block(origin, "connection", origin)
+            return False
+        return check
 
     async def _route_block(self, route: Any) -> None:
-        self._block(route.request.url)
+        req = route.request
+        self._block(req.url, req.resource_type or "other", host_entry(req.url))
         with contextlib.suppress(PlaywrightError):        # the context may close meanwhile
             await route.abort("blockedbyclient")
 
     async def _route_ws(self, ws: Any) -> None:
-        if self._allowed_url(ws.url.replace("ws", "http", 1)):
+        if url_allowed(self._allowed, ws.url):
             ws.connect_to_server()
         else:
-            self._block(ws.url)
+            self._block(ws.url, "websocket")
             with contextlib.suppress(PlaywrightError):
                 await ws.close()
 
@@ -1648,6 +1894,8 @@ class WebEnv:
     def _finish_info(self, info: dict[str, Any], done_reason: str | None) -> dict[str, Any]:
         info["done_reason"] = done_reason
         info["blocked_requests"] = self.blocked_requests
+        if self.blocked_kinds:
+            info["blocked_kinds"] = dict(self.blocked_kinds)
         info["steps"] = self.steps
         info["n_parse_errors"] = self.n_parse_errors
         info["n_action_errors"] = self.n_action_errors
@@ -1921,9 +2169,15 @@ async def _manual_check(spec: str, seed: int = 0, headless: bool = True) -> None
 # - Site placeholders (__SHOPPING__, __SHOPPING_ADMIN__, __REDDIT__, __GITLAB__, __MAP__, __WIKIPEDIA__,
 #   __HOMEPAGE__) come from the environment: WA_<NAME> if set, else WebArena's own <NAME> (SHOPPING, ...).
 #   They are substituted at load in start_url and in the whole eval dict; a missing variable is a load error.
-# - Task.allowed_hosts = the hostnames of the start tabs, of reference_url / program_html URLs, and of every
-#   site in `sites` whose URL variable is set (cross-site tasks start on one site and finish on another).
-#   Hostnames only, no ports: a WebArena site's pages, map tiles and APIs share a host on several ports.
+# - Task.allowed_hosts = the origins ("host:port", the scheme's default port filled in) of the start tabs, of
+#   reference_url / program_html URLs, of every site in `sites` whose URL variable (WA_SHOPPING, ...) is set
+#   (cross-site tasks start on one site and finish on another), and of $WA_EXTRA_ORIGINS (comma-separated URLs or host:port). Ports, not whole hosts: with the sites on
+#   127.0.0.1, a host-wide entry let a page reach every local service (a vLLM server, DeepSpeed's port).
+#   The map site's page (OpenStreetMap website, :3000) calls backends on other ports, in WebArena's setup
+#   (webarena-map-backend-boot-init.yaml) tiles :8080, Nominatim geocoding :8085 and OSRM routing :5000
+#   (car) / :5001 (bike) / :5002 (foot), often on a separate host: list them in WA_EXTRA_ORIGINS, e.g.
+#   WA_EXTRA_ORIGINS=http://mapbackend:8080,http://mapbackend:8085,http://mapbackend:5000,... (or give a Task
+#   its own allowed_hosts).
 # - storage_state "" or null = none (97 map tasks of WebAgent-R1's training file have ""). Shapes that an
 #   evaluator raises on (a lone must_include string, url_note null) load and score 0 when evaluated;
 #   unknown keys, eval types, url_note rules and locators are load errors.
@@ -2223,13 +2477,28 @@ def _webarena_task(raw: dict) -> Task:
     urls += [t["url"] for t in ev.get("program_html") or [] if t["url"] != "last" and not t["url"].startswith("func:")]
     urls += [u for u in (webarena_site_url(s.strip().upper()) for s in sites
                          if s.strip().upper() in WEBARENA_SITES) if u]
-    hosts = {urllib.parse.urlsplit(u.strip()).hostname for u in urls}
+    hosts = {host_entry(u) for u in urls} | set(extra_origins())     # "file" for a file:// start tab
     return Task(task_id=str(raw["task_id"]), site="+".join(s.strip() for s in sites), intent=intent.strip(),
                 start_url=_AND.join(tabs), eval=ev,
                 # relative paths resolve against the working directory, as in WebArena ("./.auth/...")
                 storage_state=os.path.abspath(storage) if storage else None,
                 require_login=bool(raw.get("require_login", False)),
                 allowed_hosts=tuple(sorted(h for h in hosts if h)))
+
+
+def extra_origins() -> list[str]:
+    """Origins from $WA_EXTRA_ORIGINS (comma-separated "http://host:port" URLs or "host:port") that every
+    WebArena task may reach besides its sites, e.g. the map's tile, geocoding and routing servers."""
+    out = []
+    for item in os.environ.get("WA_EXTRA_ORIGINS", "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        entry = host_entry(item if "://" in item else "http://" + item)
+        if not entry or entry == "file" or (":" not in entry.rsplit("]", 1)[-1]):
+            raise ValueError(f"WA_EXTRA_ORIGINS: {item!r} is not a URL or host:port")
+        out.append(entry)
+    return out
 
 
 def load_webarena_tasks(path: str) -> list[Task]:
@@ -2756,8 +3025,17 @@ async def _open_probe(page: Any, allowed: set[str]) -> tuple[Any, Any]:
     if browser is None:
         return None, await asyncio.wait_for(page.context.new_page(), CHECK_TIMEOUT_S)
     state = await asyncio.wait_for(page.context.storage_state(), CHECK_TIMEOUT_S)
-    ctx = await asyncio.wait_for(browser.new_context(storage_state=state, accept_downloads=False,
-                                                     service_workers="block"), CHECK_TIMEOUT_S)
+    # its connections go through the sandbox proxy too (redirect hops included), checked against ``allowed``
+    proxy = sandbox_proxy()
+    port = await proxy.listen(lambda host, p: origin_allowed(tuple(allowed), host, p))
+    try:
+        ctx = await asyncio.wait_for(browser.new_context(storage_state=state, accept_downloads=False,
+                                                         service_workers="block", proxy=proxy_settings(port)),
+                                     CHECK_TIMEOUT_S)
+    except BaseException:
+        proxy.close(port)
+        raise
+    ctx.on("close", lambda _c: proxy.close(port))
 
     async def only_allowed(route: Any) -> None:
         with contextlib.suppress(PlaywrightError):        # the probe may close meanwhile
@@ -2946,7 +3224,16 @@ async def webarena_login(sites: Sequence[str] = LOGIN_SITES, out_dir: str = ".au
     browser = await pool.get_browser()
     written = []
     for name, combo in files.items():
-        ctx = await browser.new_context()
+        # Chromium resolves no names itself (LAUNCH_ARGS): connect through the sandbox proxy, to the sites only
+        origins = tuple(host_entry(_site(site.upper())) for site in combo)
+        proxy = sandbox_proxy()
+        port = await proxy.listen(lambda host, p, origins=origins: origin_allowed(origins, host, p))
+        try:
+            ctx = await browser.new_context(proxy=proxy_settings(port))
+        except BaseException:
+            proxy.close(port)
+            raise
+        ctx.on("close", lambda _c, port=port: proxy.close(port))
         try:
             ctx.set_default_timeout(NAV_TIMEOUT_MS)
             page = await ctx.new_page()

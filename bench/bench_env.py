@@ -5,8 +5,14 @@
 - ratio of one env step (parse + click + settle + observation) to a bare Playwright click on the same
   element of the same page (target <= 2x);
 - MiniWoB reset ms.
+With --sandbox, only the cost of the sandbox proxy on allowed traffic instead: a site on 127.0.0.1 (its own
+process, HTTP/1.1 keep-alive, every response no-store) whose pages have 6 subresources; env steps that click
+to the next page, and resets, with the context's connections direct (router only, as before the proxy) or
+through the SandboxProxy: two envs, one of each, taking turns step by step in one run; per-step wall ms
+and this process's CPU ms (the proxy relays in a thread of it).
 
 Run: .venv/bin/python bench/bench_env.py [--steps 60] [--contexts 8]
+     .venv/bin/python bench/bench_env.py --sandbox [--rounds 10] [--sandbox-steps 10]
 Results are recorded by hand in bench/RESULTS.md under "## env".
 """
 from __future__ import annotations
@@ -21,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import env  # noqa: E402
@@ -34,12 +41,18 @@ class Args:
     big_reps: int = 15       # observation extractions of the 1 MB page
     click_reps: int = 40     # bare clicks and env steps for the ratio
     seed: int = 0
+    sandbox: bool = False    # run only the sandbox-proxy A/B
+    rounds: int = 10         # sandbox A/B: rounds, each = one direct and one proxied episode (order alternating)
+    sandbox_steps: int = 10  # sandbox A/B: page-to-page clicks per episode
 
 
 def parse_args() -> Args:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        if isinstance(f.default, bool):
+            p.add_argument(f"--{f.name.replace('_', '-')}", action="store_true")
+        else:
+            p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     return Args(**vars(p.parse_args()))
 
 
@@ -108,8 +121,121 @@ async def steps_per_s(pool: env.BrowserPool, n_ctx: int, steps: int) -> float:
     return n_ctx * steps / dt
 
 
+# ---- the sandbox proxy's cost on allowed traffic ----
+
+def _serve_site(port_queue: Any) -> None:
+    """A small site (own process): /p/<n> links to /p/<n+1> and loads 2 stylesheets, 2 scripts, 2 images."""
+    import http.server
+
+    class Site(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path
+            if path.startswith("/p/"):
+                n = int(path[3:])
+                body = ("<!doctype html><html><head><title>page %d</title>" % n
+                        + "".join(f"<link rel=stylesheet href='/s{k}.css?{n}'>" for k in range(2))
+                        + "".join(f"<script src='/j{k}.js?{n}'></script>" for k in range(2))
+                        + "</head><body><a id='next' href='/p/%d'>next page</a>" % (n + 1)
+                        + "".join(f"<img src='/i{k}.svg?{n}' width=20 height=20>" for k in range(2))
+                        + "<p>" + "lorem ipsum dolor sit amet " * 400 + "</p></body></html>").encode()
+                ctype = "text/html"
+            elif path.startswith("/s"):
+                body, ctype = (".x{color:#123}\n" * 1500).encode(), "text/css"        # ~22 KB
+            elif path.startswith("/j"):
+                body, ctype = ("var a=1;//" + "x" * 60 + "\n") * 300, "text/javascript"   # ~22 KB
+                body = body.encode()
+            else:
+                body = ("<svg xmlns='http://www.w3.org/2000/svg' width='20' height='20'><rect width='20' "
+                        "height='20' fill='#c33'/></svg>").encode()
+                ctype = "image/svg+xml"
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
+    port_queue.put(srv.server_address[1])
+    srv.serve_forever()
+
+
+async def sandbox_ab(args: Args) -> None:
+    import multiprocessing
+    q = multiprocessing.get_context("spawn").Queue()
+    proc = multiprocessing.get_context("spawn").Process(target=_serve_site, args=(q,), daemon=True)
+    proc.start()
+    site = f"http://127.0.0.1:{q.get(timeout=30)}"
+    real_settings = env.proxy_settings
+    times: dict[str, dict[str, list[float]]] = {m: {"step": [], "cpu": [], "reset": []} for m in ("direct", "proxy")}
+    task = env.Task("bench/site", "bench", "click next", f"{site}/p/0", max_steps=10**6)
+    try:
+        async with env.BrowserPool() as pool:
+            envs = {m: await pool.new_env(max_repeats=10**6) for m in ("direct", "proxy")}
+
+            async def reset(mode: str) -> float:
+                # "direct": the context connects by itself (the request router alone, as before the proxy)
+                env.proxy_settings = real_settings if mode == "proxy" else (lambda port: None)
+                try:
+                    t = time.perf_counter()
+                    await envs[mode].reset(task)
+                    return time.perf_counter() - t
+                finally:
+                    env.proxy_settings = real_settings
+
+            async def step(mode: str) -> tuple[float, float]:
+                e = envs[mode]
+                n = await e.page.get_attribute("#next", "data-webagent-id")
+                t, c = time.perf_counter(), time.process_time()
+                r = await e.step(f'do(action="Click", element="{n}")')
+                dt, dc = time.perf_counter() - t, time.process_time() - c
+                assert r.info["error"] is None and r.info["blocked_requests"] == 0, r.info
+                return dt, dc
+
+            for k in range(args.rounds + 1):                # round 0 = warm-up
+                order = ("direct", "proxy") if k % 2 == 0 else ("proxy", "direct")
+                for mode in order:
+                    dt = await reset(mode)
+                    if k:
+                        times[mode]["reset"].append(dt)
+                for s in range(args.sandbox_steps):         # the two envs take turns, step by step
+                    for mode in (order if s % 2 == 0 else order[::-1]):
+                        dt, dc = await step(mode)
+                        if k:
+                            times[mode]["step"].append(dt)
+                            times[mode]["cpu"].append(dc)
+                for mode in order:
+                    ok = await envs[mode].page.evaluate(
+                        "[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+                    assert ok, "subresources did not load"
+            for e in envs.values():
+                await e.close()
+    finally:
+        env.proxy_settings = real_settings
+        proc.terminate()
+    print(f"sandbox proxy A/B: {args.rounds} rounds x {args.sandbox_steps} steps per mode, a direct and a proxied "
+          f"env taking turns; page = document + 2 css + 2 js + 2 svg (~70 KB, no-store), load "
+          f"{os.getloadavg()[0]:.1f}")
+    d, p = times["direct"], times["proxy"]
+    for key, label in (("step", "click -> next page, wall ms"), ("cpu", "... this process's CPU ms"),
+                       ("reset", "reset (new context + first page), wall ms")):
+        md, mp = median_ms(d[key]), median_ms(p[key])
+        diffs = [(b - a) * 1000 for a, b in zip(d[key], p[key])]
+        print(f"  {label:42s} direct median {md:7.1f} (mean {statistics.mean(d[key]) * 1000:7.1f})   "
+              f"proxy median {mp:7.1f} (mean {statistics.mean(p[key]) * 1000:7.1f})   ratio {mp / md:.2f}x   "
+              f"paired diff median {statistics.median(diffs):+.1f}")
+
+
 async def main(args: Args) -> None:
     print(f"# env benchmark  cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}  {vars(args)}")
+    if args.sandbox:
+        await sandbox_ab(args)
+        return
     async with env.BrowserPool() as pool:
         print(f"chromium {pool.browser.version}")
         e = await pool.new_env(max_obs_chars=None)

@@ -59,7 +59,7 @@ def test_load_tasks_dispatches_to_the_family():
     tasks = env.load_tasks("toy:a,b")
     assert [t.task_id for t in tasks] == ["toy/a", "toy/b"] and all(t.family == "toy" for t in tasks)
     assert env.family_of(tasks[0]).name == "toy" and env.family_of(tasks[0]).column(tasks[0]) == "toy/a"
-    assert env.family_of(tasks[0]).hosts(tasks[0]) == ("toy.test",)
+    assert env.family_of(tasks[0]).hosts(tasks[0]) == ("toy.test:80",)    # the origin of its start URL
     with pytest.raises(ValueError, match="no task family 'nope'"):
         env.family_of(dataclasses.replace(tasks[0], family="nope"))
 

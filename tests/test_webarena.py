@@ -152,8 +152,20 @@ def test_load_substitutes_placeholders_and_derives_hosts(site, tmp_path, monkeyp
     assert t3.eval["reference_url"] == f"{site.url.replace('127.0.0.1', 'localhost')}/a |OR| http://localhost:9999/b"
     assert t3.eval["program_html"][0]["url"] == f"{site.url}/profile"
     assert t3.eval["program_html"][0]["required_contents"]["must_include"] == ["http://localhost:9999 |OR| x"]
-    assert t3.allowed_hosts == ("127.0.0.1", "localhost")
-    assert tb.intent == "Say hi" and tb.allowed_hosts == ("127.0.0.1",)
+    # origins, not host names: the tabs', the reference and program_html URLs', the task's sites' (ports kept)
+    port = site.url.rsplit(":", 1)[1]
+    assert t3.allowed_hosts == tuple(sorted((f"127.0.0.1:{port}", "localhost:9999", f"localhost:{port}")))
+    assert tb.intent == "Say hi" and tb.allowed_hosts == (f"127.0.0.1:{port}",)
+    # $WA_EXTRA_ORIGINS adds origins to every task (the map's tile / geocoding / routing servers)
+    monkeypatch.setenv("WA_EXTRA_ORIGINS", "http://maps.internal:8080, maps.internal:5000,https://tiles.example")
+    (tx,) = load(tmp_path, [config(task_id=5)])
+    assert tx.allowed_hosts == (f"127.0.0.1:{port}", "maps.internal:5000", "maps.internal:8080", "tiles.example:443")
+    monkeypatch.setenv("WA_EXTRA_ORIGINS", "maps.internal")             # a bare host name: its port 80
+    assert load(tmp_path, [config(task_id=6)])[0].allowed_hosts == (f"127.0.0.1:{port}", "maps.internal:80")
+    monkeypatch.setenv("WA_EXTRA_ORIGINS", "http://:8080")
+    with pytest.raises(ValueError, match="WA_EXTRA_ORIGINS"):
+        load(tmp_path, [config(task_id=6)])
+    monkeypatch.delenv("WA_EXTRA_ORIGINS")
     # one object instead of a list, through the shared entry point
     path = tmp_path / "one.json"
     path.write_text(json.dumps(config(task_id=42)))
@@ -1053,9 +1065,9 @@ def test_require_login_without_a_usable_state_fails_at_reset(site, tmp_path, poo
 
 
 def test_program_html_probe_reaches_only_the_tasks_hosts(run, pool, tmp_path):
-    """The context that opens program_html URLs for scoring has the agent's allow-list (the task's host names):
-    a target page that pulls from a host outside it gets nothing from it. (Before, that context had no
-    allow-list at all.)"""
+    """The context that opens program_html URLs for scoring has the agent's allow-list (the task's origins):
+    a target page that pulls from another port of its own host, directly or through its own redirect, gets
+    nothing from it. (Before, that context had no allow-list at all.)"""
     import http.server
     import threading
 
@@ -1072,11 +1084,16 @@ def test_program_html_probe_reaches_only_the_tasks_hosts(run, pool, tmp_path):
             pass
 
     other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
-    other_url = f"http://localhost:{other.server_address[1]}"   # another host name than the task's 127.0.0.1
+    other_url = f"http://127.0.0.1:{other.server_address[1]}"   # the task's host, another port
 
     class Site(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = (f'<html><body><p id="x">Order placed</p><img src="{other_url}/img">'
+            if self.path.startswith("/redirect"):
+                self.send_response(302)
+                self.send_header("Location", f"{other_url}/redirected")
+                self.end_headers()
+                return
+            body = (f'<html><body><p id="x">Order placed</p><img src="{other_url}/img"><img src="/redirect">'
                     f'<script>fetch("{other_url}/fetch").catch(() => 0)</script></body></html>').encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html")

@@ -1,0 +1,373 @@
+"""The browser sandbox against hostile pages, in real Chromium (issue 14): a task's site on 127.0.0.1 serves
+pages that try every way we know to reach a second local server, which stands in for the trainer's
+services (a vLLM server, DeepSpeed's port) on another port of the same host. The second server is a bare
+listening socket: it must never see a TCP connection, let alone a byte. Each attempt is counted in
+``info["blocked_requests"]`` (by kind in ``info["blocked_kinds"]``).
+
+Enforcement (env.py): the context's request router aborts requests outside the task's origins; every
+connection goes through the SandboxProxy (SOCKS5), which checks each one, redirect hops included, against
+the same origins before any name is resolved; Chromium resolves no name itself; WebRTC is removed.
+
+One site, one trainer stand-in and one env are shared by the module (the session's BrowserPool)."""
+import asyncio
+import http.server
+import json
+import socket
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+import env
+
+SECRET = b"TRAINER-SECRET"
+
+
+class Trainer:
+    """A listening socket that records every connection it accepts (and answers like an HTTP server with
+    permissive CORS, so a leak would reach the page)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.settimeout(0.5)
+            try:
+                data = conn.recv(4096)
+            except OSError:
+                data = b""
+            self.connections.append(data)
+            body = SECRET
+            with_headers = (b"HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: *\r\nContent-Type: text/html\r\n"
+                            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)) + body
+            try:
+                conn.sendall(with_headers)
+            except OSError:
+                pass
+            conn.close()
+
+
+def redirect_to(url: str, code: int = 302) -> str:
+    return f"/redirect?code={code}&to={urllib.parse.quote(url, safe='')}"
+
+
+class Site(http.server.BaseHTTPRequestHandler):
+    """The task's site: /redirect?code=&to=[&cookie=] answers a redirect (setting a cookie), /page?js= a page
+    running that script (with ``done()`` to call when its attempts have settled), /worker.js?js= a worker
+    running it, /cookie the Cookie header it got, /big 3 MB, /sse two server-sent events 0.3 s apart, any
+    other path a page naming it."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, code: int, body: bytes = b"", ctype: str = "text/html", headers: dict | None = None):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        self.do_GET()
+
+    def do_GET(self):
+        url = urllib.parse.urlsplit(self.path)
+        q = dict(urllib.parse.parse_qsl(url.query))
+        if url.path == "/redirect":
+            headers = {"Location": q["to"]}
+            if "cookie" in q:
+                headers["Set-Cookie"] = f"{q['cookie']}; Path=/"
+            self._send(int(q.get("code", 302)), headers=headers)
+        elif url.path == "/cookie":
+            self._send(200, (self.headers.get("Cookie") or "").encode(), "text/plain")
+        elif url.path == "/big":
+            self._send(200, b"x" * 3_000_000, "application/octet-stream")
+        elif url.path == "/sse":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for k in range(2):
+                self.wfile.write(f"data: event{k}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.3)
+            self.close_connection = True
+        elif url.path == "/page":
+            head = q.get("head", "")
+            html = (f"<!doctype html><html><head><title>hostile</title>{head}</head><body>"
+                    f"<div id='area'>{q.get('body', '')}</div><script>window.__done = false;"
+                    f"const done = () => {{ window.__done = true; }};\n{q.get('js', 'done()')}</script>"
+                    f"</body></html>")
+            self._send(200, html.encode())
+        elif url.path == "/worker.js":
+            self._send(200, q.get("js", "").encode(), "text/javascript")
+        else:
+            self._send(200, f"<html><body>page {url.path}</body></html>".encode())
+
+
+def test_allow_list_entries_are_origins():
+    """Entries are "host:port" (a URL without a port stands for its scheme's default); the driver-side regex
+    and the proxy's check agree; a bare "host" (MiniWoB's routed host) admits every port."""
+    allowed = ("127.0.0.1:7770", "x.org:443", "h:80", "miniwob.local", "[::1]:8080")
+    assert env.host_entry("http://127.0.0.1:7770/a?b") == "127.0.0.1:7770"
+    assert env.host_entry("https://X.org/") == "x.org:443" and env.host_entry("ws://h/s") == "h:80"
+    assert env.host_entry("http://[::1]:8080/") == "[::1]:8080" and env.host_entry("file:///tmp/x") == "file"
+    assert env.host_entry("localhost:7770") == "" and env.host_entry("/relative") == ""
+    cases = {"http://127.0.0.1:7770/a": True, "http://127.0.0.1:7771/a": False, "http://127.0.0.1/": False,
+             "http://127.0.0.1:77701/": False, "http://127.0.0.1:7770.evil.test/": False,
+             "http://u:p@127.0.0.1:7770/": True, "ws://127.0.0.1:7770/s": True, "https://x.org/": True,
+             "http://x.org/": False, "https://x.org:443/": True, "http://h/": True, "http://h:80/": True,
+             "https://h/": False, "http://h:81/": False, "http://miniwob.local/a": True,
+             "http://miniwob.local:81/a": True, "http://[::1]:8080/": True, "http://[::1]:8081/": False,
+             "http://localhost:7770/": False, "data:text/html,x": True, "file:///etc/passwd": False}
+    pattern = env.outside_hosts_re(allowed)
+    for url, ok in cases.items():
+        assert (pattern.match(url) is None) == ok, url
+        assert env.url_allowed(allowed, url) == ok, url
+        hp = env._host_port(url)
+        if hp:
+            assert env.origin_allowed(allowed, *hp) == ok, url
+
+
+@pytest.fixture(scope="module")
+def servers():
+    trainer = Trainer()
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
+    site.daemon_threads = True
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{site.server_address[1]}", trainer
+    site.shutdown()
+    site.server_close()
+    trainer.sock.close()
+
+
+@pytest.fixture(scope="module")
+def wenv(run, pool):
+    e = run(pool.new_env(wait_s=0.3))
+    yield e
+    run(e.close())
+
+
+def page_url(site: str, js: str = "done()", body: str = "", head: str = "") -> str:
+    return f"{site}/page?" + urllib.parse.urlencode({"js": js, "body": body, "head": head})
+
+
+async def attempt(e: env.WebEnv, site: str, js: str = "done()", body: str = "", head: str = "") -> env.StepResult:
+    """Reset on a hostile page of the site (a WebArena-family task: its origin only), let it run until it
+    calls done() (5 s at most), and return the result of one Wait step."""
+    task = env.Task("sandbox/probe", "sandbox", "probe", page_url(site, js, body, head))
+    assert env.family_of(task).hosts(task) == (env.host_entry(site),)
+    await e.reset(task)
+    if e.page.url.startswith(site):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                if await e.page.evaluate("window.__done === true"):
+                    break
+            except Exception:               # the page navigated away meanwhile
+                break
+            await asyncio.sleep(0.05)
+    return await e.step('do(action="Wait")')
+
+
+T = "__T__"       # replaced by the trainer's URL, http://127.0.0.1:<port>
+
+# name -> (page script, body html, head html); each tries to reach T and calls done() when settled
+VECTORS: dict[str, tuple[str, str, str]] = {
+    # server-side redirects from the task's own origin (the router sees only the first request of a chain)
+    "fetch_redirect": (f"fetch('{redirect_to(T + '/secret')}').then(r => r.text()).catch(() => 0).then(done)", "", ""),
+    "fetch_redirect_301": (f"fetch('{redirect_to(T + '/a', 301)}').catch(() => 0).then(done)", "", ""),
+    "fetch_redirect_303": (f"fetch('{redirect_to(T + '/a', 303)}', {{method: 'POST', body: 'x'}})"
+                           ".catch(() => 0).then(done)", "", ""),
+    "post_307_redirect": (f"fetch('{redirect_to(T + '/v1/completions', 307)}', {{method: 'POST', "
+                          "headers: {'Content-Type': 'application/json'}, body: JSON.stringify({prompt: 'hi'})})"
+                          ".catch(() => 0).then(done)", "", ""),
+    "post_308_redirect": (f"fetch('{redirect_to(T + '/v1/completions', 308)}', {{method: 'POST', body: 'x'}})"
+                          ".catch(() => 0).then(done)", "", ""),
+    "fetch_no_cors_redirect": (f"fetch('{redirect_to(T + '/a')}', {{mode: 'no-cors'}}).catch(() => 0).then(done)",
+                               "", ""),
+    "xhr_redirect": ("const x = new XMLHttpRequest(); x.onloadend = done; "
+                     f"x.open('GET', '{redirect_to(T + '/x')}'); x.send();", "", ""),
+    "chain_allowed_allowed_outside": (f"fetch('{redirect_to(redirect_to(redirect_to(T + '/chain')))}')"
+                                      ".catch(() => 0).then(done)", "", ""),
+    "img_redirect": ("setTimeout(done, 300)", f"<img src='{redirect_to(T + '/img.png')}'>", ""),
+    "script_redirect": ("setTimeout(done, 300)", f"<script src='{redirect_to(T + '/s.js')}'></script>", ""),
+    "iframe_redirect": ("setTimeout(done, 500)", f"<iframe src='{redirect_to(T + '/frame')}'></iframe>", ""),
+    "stylesheet_redirect": ("setTimeout(done, 300)", "", f"<link rel=stylesheet href='{redirect_to(T + '/c.css')}'>"),
+    "css_background_redirect": ("setTimeout(done, 300)",
+                                f"<div style=\"width:9px;height:9px;background:url('{redirect_to(T + '/b.png')}')\">"
+                                "</div>", ""),
+    "video_redirect": ("setTimeout(done, 300)", f"<video src='{redirect_to(T + '/v.mp4')}' autoplay muted></video>",
+                       ""),
+    "eventsource_redirect": (f"const es = new EventSource('{redirect_to(T + '/events')}'); "
+                             "es.onerror = () => { es.close(); done(); }; setTimeout(done, 1000);", "", ""),
+    "worker_fetch_redirect": ("const w = new Worker('/worker.js?js=' + encodeURIComponent("
+                              f"\"fetch('{redirect_to(T + '/w')}').catch(() => 0).then(() => postMessage(1))\")); "
+                              "w.onmessage = done; setTimeout(done, 1500);", "", ""),
+    "worker_import_scripts_redirect": ("const w = new Worker('/worker.js?js=' + encodeURIComponent("
+                                       f"\"try {{ importScripts('{redirect_to(T + '/i.js')}') }} catch (e) {{}} "
+                                       "postMessage(1)\")); w.onmessage = done; setTimeout(done, 1500);", "", ""),
+    "worker_direct_fetch": ("const w = new Worker('/worker.js?js=' + encodeURIComponent("
+                            f"\"fetch('{T}/w').catch(() => 0).then(() => postMessage(1))\")); "
+                            "w.onmessage = done; setTimeout(done, 1500);", "", ""),
+    "sendbeacon_redirect": (f"navigator.sendBeacon('{redirect_to(T + '/beacon', 307)}', 'data'); setTimeout(done, 300)",
+                            "", ""),
+    # page navigations (should already be blocked by the router)
+    "navigation_redirect": (f"location.href = '{redirect_to(T + '/nav')}'", "", ""),
+    "navigation_redirect_to_name": (f"location.href = '{redirect_to('http://sandbox-trainer.test:' + '__P__' + '/n')}'",
+                                    "", ""),
+    "meta_refresh": ("", "", f"<meta http-equiv='refresh' content='0;url={T}/meta'>"),
+    "js_location": (f"location.href = '{T}/js'", "", ""),
+    "form_post": ("document.forms[0].submit()", f"<form method=post action='{T}/v1/completions'>"
+                                                "<input name=prompt value=hi></form>", ""),
+    "window_open": (f"window.open('{T}/popup'); setTimeout(done, 300)", "", ""),
+    "iframe_direct": ("setTimeout(done, 300)", f"<iframe src='{T}/frame'></iframe>", ""),
+    # direct subresources and APIs to the other port
+    "fetch_direct": (f"fetch('{T}/secret').catch(() => 0).then(done)", "", ""),
+    "fetch_userinfo": (f"fetch('{T.replace('//', '//user:pw@')}/secret').catch(() => 0).then(done)", "", ""),
+    "fetch_zero_address": (f"fetch('{T.replace('127.0.0.1', '0.0.0.0')}/secret').catch(() => 0).then(done)", "", ""),
+    "fetch_localhost_alias": (f"fetch('{T.replace('127.0.0.1', 'localhost')}/secret').catch(() => 0).then(done)",
+                              "", ""),
+    "websocket": (f"const ws = new WebSocket('{T.replace('http', 'ws')}/ws'); ws.onerror = ws.onclose = done; "
+                  "setTimeout(done, 1000)", "", ""),
+    "prefetch_preconnect": ("setTimeout(done, 500)", "",
+                            f"<link rel=preconnect href='{T}'><link rel=dns-prefetch href='{T}'>"
+                            f"<link rel=prefetch href='{T}/p'>"),
+    "img_direct": ("setTimeout(done, 300)", f"<img src='{T}/img.png'>", ""),
+    "sendbeacon_direct": (f"navigator.sendBeacon('{T}/beacon', 'data'); setTimeout(done, 300)", "", ""),
+}
+
+# Chromium does not follow a beacon's redirect here at all (an allowed 307 target is not requested either), so
+# there is no attempt to count; the trainer must still see nothing.
+NOT_ATTEMPTED = {"sendbeacon_redirect"}
+
+
+@pytest.mark.parametrize("name", list(VECTORS))
+def test_hostile_page_cannot_reach_another_local_port(run, wenv, servers, name):
+    site, trainer = servers
+    t = f"http://127.0.0.1:{trainer.port}"
+    js, body, head = (s.replace(T, t).replace(urllib.parse.quote(T, safe=""), urllib.parse.quote(t, safe=""))
+                      .replace("__P__", str(trainer.port)) for s in VECTORS[name])
+    before = len(trainer.connections)
+    res = run(attempt(wenv, site, js, body, head), timeout=60)
+    time.sleep(0.05)
+    assert trainer.connections[before:] == [], f"{name}: the trainer's port got a connection"
+    assert SECRET.decode() not in res.obs.text
+    if name not in NOT_ATTEMPTED:
+        assert res.info["blocked_requests"] >= 1, (name, res.info)
+
+
+def test_agent_click_on_a_redirecting_link_is_blocked_and_counted(run, wenv, servers):
+    """The agent itself follows a link of the site that redirects to the trainer's port: the navigation ends
+    on an error page, nothing reaches the trainer, the redirect hop is counted as a blocked connection."""
+    site, trainer = servers
+    t = f"http://127.0.0.1:{trainer.port}"
+    before = len(trainer.connections)
+
+    async def go():
+        task = env.Task("sandbox/click", "sandbox", "probe",
+                        page_url(site, body=f"<a id='go' href='{redirect_to(t + '/nav')}'>go</a>"))
+        await wenv.reset(task)
+        n = await wenv.page.get_attribute("#go", "data-webagent-id")
+        return await wenv.step(f'do(action="Click", element="{n}")')
+    res = run(go())
+    assert trainer.connections[before:] == []
+    assert SECRET.decode() not in res.obs.text and not res.obs.url.startswith(t)
+    assert res.info["blocked_kinds"].get("connection", 0) >= 1, res.info
+    assert any(str(trainer.port) in u for u in wenv.blocked_urls)
+
+
+def test_allowed_redirects_cookies_and_post_bodies_still_work(run, wenv, servers):
+    """Through the proxy, allowed traffic is untouched: a redirect chain within the origin lands, a 307 POST
+    keeps its body, a cookie set by a redirect response is sent on the next hop, a 3 MB body arrives whole,
+    server-sent events stream (the first arrives before the response ends)."""
+    site, _ = servers
+    sse = ("new Promise(res => { const es = new EventSource('/sse'), got = []; "
+           "es.onmessage = e => { got.push(e.data); if (got.length == 2) { es.close(); res(got); } }; "
+           "setTimeout(() => res(got), 5000); })")
+    js = (f"Promise.all([fetch('{redirect_to(redirect_to('/landed'))}').then(r => r.text()), "
+          f"fetch('{redirect_to('/posted', 307)}', {{method: 'POST', body: 'abc'}}).then(r => r.status), "
+          "fetch('/redirect?to=%2Fcookie&cookie=hop%3D1').then(r => r.text()), "
+          f"fetch('/big').then(r => r.arrayBuffer()).then(b => b.byteLength), {sse}])"
+          ".then(v => { window.__v = v; done(); })")
+
+    async def go():
+        task = env.Task("sandbox/ok", "sandbox", "probe", page_url(site, js))
+        await wenv.reset(task)
+        for _ in range(100):
+            if await wenv.page.evaluate("window.__done === true"):
+                break
+            await asyncio.sleep(0.05)
+        return await wenv.page.evaluate("window.__v"), wenv.blocked_requests
+    v, blocked = run(go())
+    assert v == ["<html><body>page /landed</body></html>", 200, "hop=1", 3_000_000, ["event0", "event1"]]
+    assert blocked == 0
+
+
+def test_miniwob_host_is_never_connected_to(run, wenv, servers):
+    """The proxy refuses connections to a family's routed host (miniwob.local is served by the context's
+    router and never resolved) without counting them; MiniWoB episodes block nothing."""
+    wob = env.load_tasks("miniwob:click-button")[0]
+    check = wenv._proxy_check(("miniwob.local",), ("miniwob.local",))
+    assert check("miniwob.local", 80) is None and check("127.0.0.1", 80) is False
+    obs = run(wenv.reset(wob))
+    assert "<button" in obs.text and wenv.blocked_requests == 0
+
+
+def test_blocked_names_are_never_resolved(run, tmp_path, servers):
+    """Chromium resolves no host name (``--host-resolver-rules``) and opens no connection but to the sandbox
+    proxy, which refuses a blocked name before resolving it. Chromium's own net log of a page with a
+    preconnect, a fetch and a redirect hop to a blocked name, and of the agent hovering and clicking links to
+    it and to the trainer's port, shows no host resolution of the name and no TCP connection to the port.
+    (Without the sandbox, plain Playwright routing, the same log shows the name resolved and a TCP connection
+    to the port, which the port also accepts: speculative preconnects happen before request routing.)"""
+    site, trainer = servers
+    log_path = tmp_path / "netlog.json"
+    name = "sandbox-blocked-name.test"
+    t_name, t_ip = f"http://{name}:{trainer.port}", f"http://127.0.0.1:{trainer.port}"
+    js = (f"fetch('{t_name}/f').catch(() => 0).then(() => fetch('{redirect_to(t_name + '/r')}'))"
+          ".catch(() => 0).then(done)")
+    head = f"<link rel=preconnect href='{t_name}'><link rel=dns-prefetch href='{t_name}'>"
+    body = f"<a id='n' href='{t_name}/x'>name</a> <a id='i' href='{t_ip}/y'>ip</a>"
+    before = len(trainer.connections)
+
+    async def go():
+        pool = env.BrowserPool(args=(f"--log-net-log={log_path}", "--net-log-capture-mode=Everything"))
+        await pool.start()
+        try:
+            e = await pool.new_env(wait_s=0.3)
+            await attempt(e, site, js, body, head)
+            for link in ("n", "i"):
+                n = await e.page.get_attribute(f"#{link}", "data-webagent-id")
+                await e.step(f'do(action="Hover", element="{n}")')
+                await e.step(f'do(action="Click", element="{n}")')
+                await e.step("go_backward()")
+            return list(e.blocked_urls)
+        finally:
+            await pool.close()
+    urls = run(go(), timeout=120)
+    assert trainer.connections[before:] == []
+    assert any(name in u for u in urls) and any(t_ip in u for u in urls), urls
+    log = json.loads(log_path.read_text())
+    types = {v: k for k, v in log["constants"]["logEventTypes"].items()}
+    events = [(types.get(ev["type"], ""), json.dumps(ev.get("params", {}))) for ev in log["events"]]
+    assert any(name in p for _, p in events), "the net log recorded the page's attempts"
+    assert [(t, p) for t, p in events if "HOST_RESOLVER" in t and name in p] == []
+    tcp = [p for t, p in events if t.startswith("TCP_CONNECT")]
+    assert tcp, "the net log records TCP connections (to the sandbox proxy)"
+    assert [p for p in tcp if f":{trainer.port}" in p] == []

@@ -2444,7 +2444,7 @@ def _check_eval(ev: Any) -> dict:
     return out
 
 
-def _webarena_task(raw: dict) -> Task:
+def webarena_task(raw: dict) -> Task:
     """One config object -> Task; a malformed field raises _ConfigError (the caller adds the task id)."""
     sites = raw.get("sites")
     if isinstance(sites, str):
@@ -2527,7 +2527,7 @@ def load_webarena_tasks(path: str) -> list[Task]:
         if isinstance(tid, bool) or not isinstance(tid, (int, str)) or not str(tid).strip():
             raise ValueError(f"task #{i}: task_id: expected an int or a non-empty string, got {tid!r} (in {path})")
         try:
-            task = _webarena_task(item)
+            task = webarena_task(item)
         except _ConfigError as e:
             raise ValueError(f"task {tid}: {e} (in {path})") from None
         if task.task_id in seen:

@@ -75,6 +75,7 @@ from typing import Any, Literal
 import compress
 import env as webenv
 import policy
+import sitesuite  # noqa: F401  (registers the site suite's task family, "suite:...")
 import trainlib
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts
 
@@ -226,7 +227,7 @@ def to_record(traj: Trajectory, *, run: str, model: str, prompt: str, task: webe
             "success": traj.reward > 0, "done_reason": traj.done_reason, "num_steps": len(traj.steps),
             "response_tokens": sum(s["response_tokens"] for s in steps), "parse_errors": traj.parse_errors,
             "env_errors": int(traj.env_error), "truncated_tokens": traj.truncated_tokens,
-            "seconds": round(traj.seconds, 3), "final_screenshot": final, "steps": steps}
+            "seconds": round(traj.seconds, 3), "eval": traj.eval, "final_screenshot": final, "steps": steps}
 
 
 async def run_episodes(runner: Runner, backend, tokenizer, jobs: list[tuple[webenv.Task, int]], args: Args, *,
@@ -487,6 +488,7 @@ td.num{text-align:right} .badge{display:inline-block;padding:1px 8px;border-radi
 .shot{width:412px;max-height:480px;overflow:hidden;border:1px solid #ddd;background:#fff}
 .shot img{display:block;width:100%}
 .shot.miniwob{height:269px} .shot.miniwob img{width:1600px;max-width:none}  /* MiniWoB: the 330x215 task + reward panel at 1.25x */
+.shot.suite{height:300px} .shot.suite img{width:824px;max-width:none}  /* site suite: the top-left of the page at 0.64x */
 pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:6px;margin:4px 0;font-size:12px}
 code.action{background:#ddf4ff;padding:2px 6px;border-radius:4px} .err{background:#ffebe9;border:1px solid #cf222e;padding:4px 8px;border-radius:4px;margin:4px 0}
 .prev{background:#fff8c5;padding:4px 8px;border-radius:4px;margin:4px 0} .meta{color:#666;font-size:12px}
@@ -508,7 +510,9 @@ def _failure_reason(rec: dict) -> str:
     reason, n = str(rec["done_reason"]), rec["num_steps"]
     last = rec["steps"][-1] if rec["steps"] else {}
     if reason == "exit":
-        return f"exited with {last.get('action')} but the task was not accomplished (reward 0)"
+        reasons = (rec.get("eval") or {}).get("reasons")
+        why = f": {'; '.join(map(str, reasons))}" if reasons else ""
+        return f"exited with {last.get('action')} but the task was not accomplished (reward 0){why}"
     if reason == "page_done":
         return f"the page ended the episode with reward 0 after {last.get('action')} (wrong target or answer)"
     if reason == "max_steps":
@@ -536,7 +540,7 @@ def _render_step(j: int, st: dict, family: str) -> str:
            f'<img src="{_esc(shot)}" alt="step {j + 1} screenshot" loading="lazy"></div></a>'
            if shot else '<div class="shot meta">(no screenshot)</div>')
     parts = [f'<div class="step" data-step="{j}">{img}<div>',
-             f'<b>Step {j + 1}</b> <span class="meta">{st.get("response_tokens", 0)} tokens'
+             f'<b>Step {j + 1}</b> <span class="meta">{_esc(st.get("url") or "")} · {st.get("response_tokens", 0)} tokens'
              f'{", cut at max new tokens" if st.get("finish_reason") == "length" else ""}</span>']
     if st.get("error"):
         parts.append(f'<div class="prev">env, on the previous action: {_esc(st["error"])}</div>')

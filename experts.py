@@ -17,6 +17,9 @@ What it implements
   the tasks where most demonstrations take 3 actions or more.
 - ``demonstrate(env, task) -> (record, reason)``: one trajectory record (schema below) for ``task.seed``,
   and why it failed (None for a success).
+- ``SUITE_EXPERTS``: the site suite's task family name (sitesuite.py) -> solver, one per family; they read
+  their values from the generated intent, log in first on a logged-out start, and answer through
+  ``exit(message=...)``, which env.py's WebArena rubric scores (``solver_of(task)`` picks the expert).
 - The CLI: (task, seed) jobs through ``rollout.Runner`` (``--concurrency`` contexts of one BrowserPool,
   the same failure policy as RL and evaluation: a page that fails to load or a demonstration longer than
   60 s ends that episode with a reason), a progress bar, a per-task success table, and the JSONL file
@@ -54,6 +57,7 @@ Run:
     python experts.py --tasks experts --episodes 100 --out data/demos.jsonl       # every covered task
     python experts.py --tasks miniwob:click-button,login-user --episodes 50 --concurrency 6
     python experts.py --tasks experts --episodes 100 --split eval --out /tmp/x.jsonl   # held-out check
+    python experts.py --tasks suite:all,edit-profile@out --episodes 100 --split eval --out /tmp/s.jsonl  # site suite
 ``--prompt plain`` writes the responses for compress's plain prompt ("# Element: ..." line, then the
 action) instead of <think>/<answer>.
 Output, one JSON line per successful episode:
@@ -77,6 +81,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
 import env as webenv
+import sitesuite   # registers the site suite's task family ("suite:..." specs)
 from compress import PromptKind, format_response   # the response format lives in compress.py
 from env import Action, format_action
 from rollout import Runner
@@ -669,6 +674,159 @@ async def social_media(d: Demo) -> None:
     await d.click(item, f"the '{(await item.first.inner_text()).strip()}' menu item")
 
 
+# ---- site suite (sitesuite.py): WebArena-format tasks on the local shop + forum ----
+# SUITE_EXPERTS maps a suite task family to its solver. The intents are generated from templates
+# (sitesuite.FAMILIES), so each solver reads its values from the intent; answers go out through
+# exit(message=...) and are scored by env.py's WebArena rubrics. A logged-out start (edit-profile on odd
+# seeds) shows the login form: the solver logs in first with the credentials the intent states.
+
+SUITE_EXPERTS: dict[str, Solver] = {}
+
+
+def suite_expert(name: str):
+    def register(fn: Solver) -> Solver:
+        SUITE_EXPERTS[name] = fn
+        return fn
+    return register
+
+
+def _intent(d: Demo, pattern: str) -> re.Match:
+    m = re.fullmatch(pattern, d.intent)
+    if m is None:
+        raise ExpertError(f"cannot read the intent {d.intent!r}")
+    return m
+
+
+async def _answer(d: Demo, message: str, what: str) -> None:
+    await d.act(Action("exit", message=message), what)
+
+
+async def _suite_login(d: Demo) -> None:
+    """On the login form (a logged-out start), log in with the intent's credentials (else the default account)."""
+    if not await visible(d.page.locator("#login-form")):
+        return
+    m = re.search(r"the username is (\S+) and the password is (\S+?)\.?$", d.intent)
+    user, password = (m.group(1), m.group(2)) if m else (sitesuite.ACCOUNT["username"], sitesuite.ACCOUNT["password"])
+    await d.type("#login-form input[name=username]", user, "the 'Username' field of the login form")
+    await d.type("#login-form input[name=password]", password, "the 'Password' field of the login form")
+    await d.click("#login-form button[type=submit]", "the 'Log in' button")
+
+
+async def _nav(d: Demo, path: str, name: str) -> None:
+    await d.click(f"nav a[href='{path}']", f"the '{name}' link of the navigation bar")
+
+
+async def _search(d: Demo, text: str) -> None:
+    el = await d.label("input[name=q]", "the product search box")
+    await d.act(Action("Search", element=el, argument=text), f"the product search box; search for {text!r}")
+
+
+async def _open_product(d: Demo, name: str) -> None:
+    await _search(d, name)
+    await d.click(d.page.locator("table a").filter(has_text=exact(name)), f"the link of the product {name!r}")
+
+
+@suite_expert("edit-profile")
+async def suite_edit_profile(d: Demo) -> None:
+    m = _intent(d, r'Set the (display name|location|bio|newsletter) of your profile to "(.*)"\. If you need .*')
+    field, value = m.group(1), m.group(2)
+    await _suite_login(d)
+    await _nav(d, "/profile", "Profile")
+    await d.click("a[href='/profile/edit']", "the 'Edit profile' link")
+    if field == "newsletter":
+        await d.select("select[name=newsletter]", value, "the 'Newsletter' dropdown")
+    else:
+        target = "textarea[name=bio]" if field == "bio" else f"input[name={field.replace(' ', '_')}]"
+        await d.type(target, value, f"the '{field.capitalize()}' field")
+    await d.click("button[type=submit]", "the 'Save' button")
+    await _answer(d, "done", f"none; the {field} is saved, so the task is done")
+
+
+@suite_expert("product-price")
+async def suite_product_price(d: Demo) -> None:
+    name = _intent(d, r'What is the price of the "(.+)" in the shop\? .*').group(1)
+    await _search(d, name)
+    row = d.page.locator("table tr").filter(has=d.page.locator("a").filter(has_text=exact(name))).first
+    price = (await row.locator("td").nth(2).inner_text()).strip()
+    await _answer(d, price, f"none; the table says {name} costs {price}")
+
+
+@suite_expert("order-items")
+async def suite_order_items(d: Demo) -> None:
+    order = _intent(d, r"Which products did I buy in order #(\d+)\? .*").group(1)
+    await _nav(d, "/orders", "Orders")
+    await d.click(f"a[href='/orders/{order}']", f"the link of order #{order}")
+    names = [n.strip() for n in await d.page.locator("#order-summary tr td:first-child").all_inner_texts()]
+    await _answer(d, ", ".join(names), f"none; order #{order} holds {', '.join(names)}")
+
+
+@suite_expert("post-author")
+async def suite_post_author(d: Demo) -> None:
+    title = _intent(d, r'Who wrote the forum post "(.+)"\? .*').group(1)
+    await _nav(d, "/forum", "Forum")
+    for _ in range(10):                      # page through the post list until the post is listed
+        row = d.page.locator("table tr").filter(has=d.page.locator("a").filter(has_text=exact(title)))
+        if await row.count():
+            author = (await row.first.locator("td").nth(2).inner_text()).strip()
+            await _answer(d, author, f"none; the post {title!r} is by {author}")
+            return
+        await d.click(d.page.locator("a").filter(has_text=exact("Next")), "the 'Next' page link")
+    raise ExpertError(f"post {title!r} not found")
+
+
+@suite_expert("add-to-cart")
+async def suite_add_to_cart(d: Demo) -> None:
+    m = _intent(d, r'Add (\d) of the "(.+)" to my shopping cart\.')
+    qty, name = m.group(1), m.group(2)
+    await _open_product(d, name)
+    await d.select("select[name=qty]", qty, "the 'Quantity' dropdown")
+    await d.click("form[action='/cart/add'] button", "the 'Add to cart' button")
+    await _answer(d, "done", f"none; {qty} x {name} are in the cart, so the task is done")
+
+
+@suite_expert("checkout")
+async def suite_checkout(d: Demo) -> None:
+    m = _intent(d, r'Buy one "(.+)" and have it shipped to (.+) with (\w+) shipping\.')
+    name, city, shipping = m.group(1), m.group(2), m.group(3)
+    await _open_product(d, name)
+    await d.click("form[action='/cart/add'] button", "the 'Add to cart' button")
+    await d.click("a[href='/checkout']", "the 'Proceed to checkout' link")
+    await d.type("input[name=ship_to]", city, "the 'Ship to city' field")
+    await d.select("select[name=shipping]", shipping, "the 'Shipping' dropdown")
+    await d.click("form[action='/checkout'] button", "the 'Place order' button")
+    await _answer(d, "done", "none; the order is placed, so the task is done")
+
+
+@suite_expert("new-post")
+async def suite_new_post(d: Demo) -> None:
+    m = _intent(d, r'Start a new post in the "(.+)" forum titled "(.+)" with the text "(.+)"\.')
+    forum, title, text = m.group(1), m.group(2), m.group(3)
+    await _nav(d, "/forum", "Forum")
+    await d.click("a[href='/forum/new']", "the 'New post' link")
+    await d.select("select[name=forum]", forum, "the 'Forum' dropdown")
+    await d.type("input[name=title]", title, "the 'Title' field")
+    await d.type("textarea[name=body]", text, "the 'Text' field")
+    await d.click("form[action='/forum/new'] button", "the 'Submit' button")
+    await _answer(d, "done", "none; the post is published, so the task is done")
+
+
+@suite_expert("filter-category")
+async def suite_filter_category(d: Demo) -> None:
+    m = _intent(d, r"Show the (\w+) products of the shop sorted by price, (lowest|highest) price first\.")
+    category, order = m.group(1), m.group(2)
+    await d.select("select[name=category]", category, "the category dropdown")
+    sort = "Price: low to high" if order == "lowest" else "Price: high to low"
+    await d.select("select[name=sort]", sort, "the sort dropdown")
+    await d.click(d.page.locator("button").filter(has_text=exact("Filter")), "the 'Filter' button")
+    await _answer(d, "done", "none; the page lists them in that order, so the task is done")
+
+
+@suite_expert("log-out")
+async def suite_log_out(d: Demo) -> None:
+    await _nav(d, "/logout", "Log out")
+    await _answer(d, "done", "none; I am logged out, so the task is done")
+
+
 # ---- driver ----
 
 def task_name(task_id: str) -> str:
@@ -676,11 +834,19 @@ def task_name(task_id: str) -> str:
     return task_id.split("/", 1)[-1]
 
 
+def solver_of(task) -> Solver | None:
+    """The expert of ``task``: EXPERTS by MiniWoB task name, SUITE_EXPERTS by suite family (``suite/NAME``,
+    ``suite/NAME@out``); None if there is none."""
+    if task.family == sitesuite.SuiteFamily.name:
+        return SUITE_EXPERTS.get(task_name(task.task_id).split("@")[0])
+    return EXPERTS.get(task_name(task.task_id))
+
+
 async def demonstrate(env, task, prompt: str = "thinking") -> tuple[dict, str | None]:
     """Run one expert episode; returns (trajectory record, failure reason or None). The record is
     ``{"task", "seed", "intent", "reward", "steps": [{"observation", "error", "url", "response"}]}``
     (``reward`` 1.0 = success); ``prompt`` = the compress.system_prompt kind the responses are written for."""
-    solver = EXPERTS[task_name(task.task_id)]
+    solver = solver_of(task)
     obs = await env.reset(task)
     demo = Demo(env, obs, prompt=prompt)
     reason = None
@@ -730,14 +896,15 @@ class Args:
 
 
 def expand_tasks(spec: str) -> list:
-    """Tasks of ``--tasks``: 'experts' = every task in EXPERTS, else env.load_tasks(spec), each of which
-    must have an expert."""
+    """Tasks of ``--tasks``: 'experts' = every MiniWoB task in EXPERTS, else env.load_tasks(spec) (e.g.
+    'suite:all'), each of which must have an expert."""
     if spec in ("experts", "miniwob:experts"):
         spec = "miniwob:" + ",".join(EXPERTS)
     tasks = webenv.load_tasks(spec)
-    missing = [t.task_id for t in tasks if task_name(t.task_id) not in EXPERTS]
+    missing = [t.task_id for t in tasks if solver_of(t) is None]
     if missing:
-        raise SystemExit(f"no expert for {missing}; covered: {', '.join(EXPERTS)}")
+        raise SystemExit(f"no expert for {missing}; covered: {', '.join(EXPERTS)}; "
+                         f"suite: {', '.join(SUITE_EXPERTS)}")
     return tasks
 
 

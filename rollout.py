@@ -84,6 +84,7 @@ class Trajectory:
     parse_errors: int = 0
     truncated_tokens: int = 0
     seconds: float = 0.0
+    eval: dict | None = None     # a rubric's details on exit() (WebArena-format tasks): scores, reasons
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,13 @@ async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg
         res = await env.step(gen.text)
         info = res.info
         traj.parse_errors += int(bool(info.get("parse_error")))
-        traj.steps.append({"observation": shown, "error": obs.error, "response": gen.text,
+        traj.steps.append({"url": obs.url, "observation": shown, "error": obs.error, "response": gen.text,
                            "action": info.get("action"), "action_error": info.get("error"), "screenshot": shot,
                            "parse_error": bool(info.get("parse_error")), "finish_reason": gen.finish_reason})
         turns.append(compress.Turn(shown, gen.text, obs.error))
         if res.done:
             traj.reward, traj.done_reason = float(res.reward), info.get("done_reason")
+            traj.eval = info.get("eval")
             traj.env_error = traj.done_reason == "crash"
             await _screenshot(env, screenshot_dir, "final.png")
             traj.seconds = time.perf_counter() - start

@@ -53,6 +53,7 @@ import torch
 
 import env as webenv
 import policy
+import sitesuite  # noqa: F401  (registers the site suite's task family, "suite:...")
 import trainlib
 from rollout import EpisodeConfig, Job, Runner, Sample, Trajectory, rollouts
 

@@ -412,7 +412,7 @@ def main(args: Args) -> Path:
                               ("rollout/response_tokens", "response tokens / trajectory"),
                               ("rollout/num_turns", "interactions / trajectory")],
                               out / "dynamics.png", title=f"M-GRPO training dynamics ({args.model})")
-        log.info("saved %s%s", final, " (stopped early)" if stopped else "")
+        log.info("saved %s%s", final, f" ({stopped})" if stopped else "")
     torch.distributed.barrier()
     return final
 
@@ -425,10 +425,10 @@ def trainer_state(cursor: int, sampler: TaskSampler) -> dict:
 
 
 async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: TaskSampler, metrics, *,
-                step: int, cursor: int, stop: dict) -> tuple[int, int, bool]:
+                step: int, cursor: int, stop: dict) -> tuple[int, int, str | None]:
     """RL steps from ``step`` to ``args.steps`` (or until a rank was interrupted, or ``--time-budget`` ran
     out): rollouts, advantages, update, weight sync, logs, periodic checkpoints. Returns (steps done, groups
-    consumed, stopped early)."""
+    consumed, why it stopped early: "interrupted", "time budget reached" or None)."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     groups_per_rank = args.tasks_per_step // world
     out = Path(args.out)
@@ -436,7 +436,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
         await policy.push_weights_to_vllm(backend, engine.module)
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
-    stopped = False
+    stopped: str | None = None
     started = time.time()
     async with webenv.BrowserPool() as pool, \
             Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
@@ -496,9 +496,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 bar.update(1)
                 out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
                 # one rank's Ctrl-C (or clock) stops them all at this step
-                stopped = _all_reduce_max(int(stop["flag"] or out_of_time)) > 0
-                if stopped and out_of_time and rank == 0:
-                    log.info("time budget of %.0f s reached after step %d", args.time_budget, step)
+                why = _all_reduce_max(2 if stop["flag"] else 1 if out_of_time else 0)
+                stopped = {0: None, 1: "time budget reached", 2: "interrupted"}[why]
                 if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
                     trainlib.save_checkpoint(engine, tokenizer, out, step, trainer_state(cursor, sampler), rank)
         finally:

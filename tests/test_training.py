@@ -172,9 +172,10 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert set(state2["sampler_rank0"]["p"]) <= {"miniwob/click-button", "miniwob/click-link"}
 
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
-    run_script("train_mgrpo.py", *common, "--steps", "3", "--resume")
+    log = run_script("train_mgrpo.py", *common, "--steps", "50", "--resume", "--time-budget", "0.01")
     steps = [r["step"] for r in metrics(out)]
-    assert steps == [1, 2, 3]                        # step 3 redone, logged once
+    assert steps == [1, 2, 3]                        # step 3 redone, logged once; then out of time
+    assert "(time budget reached)" in log
     assert [json.loads(line)["step"] for line in (out / "trajectories.jsonl").read_text().splitlines()] == [1, 2, 3]
     state3 = json.loads((out / "step_3" / "trainer_state.json").read_text())
     assert state3["step"] == 3 and state3["cursor"] == state2["cursor"] + 2 * metrics(out)[2]["rollout/rounds"]

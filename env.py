@@ -1245,6 +1245,23 @@ def proxy_settings(port: int) -> dict[str, str]:
     bypass list (Chromium otherwise sends localhost/127.0.0.1 direct); it is given here too, explicitly."""
     return {"server": f"socks5://127.0.0.1:{port}", "bypass": "<-loopback>"}
 
+
+async def new_proxied_context(browser: Any, allowed: Sequence[str] | set[str], *, timeout: float | None = None,
+                              **kwargs: Any) -> Any:
+    """``browser.new_context(**kwargs)`` whose every connection goes through a SandboxProxy listener that
+    admits only ``allowed`` (origins, read at each connection: the caller may add to a set), the listener
+    closed with the context. For contexts besides the envs' own (the program_html probe, logins)."""
+    proxy = sandbox_proxy()
+    port = await proxy.listen(lambda host, p: origin_allowed(tuple(allowed), host, p))
+    try:
+        ctx = await asyncio.wait_for(browser.new_context(proxy=proxy_settings(port), **kwargs), timeout)
+    except BaseException:
+        proxy.close(port)
+        raise
+    ctx.on("close", lambda _c: proxy.close(port))
+    return ctx
+
+
 # ---- browser pool: one Chromium, many isolated contexts ----
 
 # Flags for a closed network: nothing phones home, nothing waits on a network that is not there.
@@ -3026,16 +3043,8 @@ async def _open_probe(page: Any, allowed: set[str]) -> tuple[Any, Any]:
         return None, await asyncio.wait_for(page.context.new_page(), CHECK_TIMEOUT_S)
     state = await asyncio.wait_for(page.context.storage_state(), CHECK_TIMEOUT_S)
     # its connections go through the sandbox proxy too (redirect hops included), checked against ``allowed``
-    proxy = sandbox_proxy()
-    port = await proxy.listen(lambda host, p: origin_allowed(tuple(allowed), host, p))
-    try:
-        ctx = await asyncio.wait_for(browser.new_context(storage_state=state, accept_downloads=False,
-                                                         service_workers="block", proxy=proxy_settings(port)),
-                                     CHECK_TIMEOUT_S)
-    except BaseException:
-        proxy.close(port)
-        raise
-    ctx.on("close", lambda _c: proxy.close(port))
+    ctx = await new_proxied_context(browser, allowed, timeout=CHECK_TIMEOUT_S, storage_state=state,
+                                    accept_downloads=False, service_workers="block")
 
     async def only_allowed(route: Any) -> None:
         with contextlib.suppress(PlaywrightError):        # the probe may close meanwhile
@@ -3225,15 +3234,7 @@ async def webarena_login(sites: Sequence[str] = LOGIN_SITES, out_dir: str = ".au
     written = []
     for name, combo in files.items():
         # Chromium resolves no names itself (LAUNCH_ARGS): connect through the sandbox proxy, to the sites only
-        origins = tuple(host_entry(_site(site.upper())) for site in combo)
-        proxy = sandbox_proxy()
-        port = await proxy.listen(lambda host, p, origins=origins: origin_allowed(origins, host, p))
-        try:
-            ctx = await browser.new_context(proxy=proxy_settings(port))
-        except BaseException:
-            proxy.close(port)
-            raise
-        ctx.on("close", lambda _c, port=port: proxy.close(port))
+        ctx = await new_proxied_context(browser, tuple(host_entry(_site(site.upper())) for site in combo))
         try:
             ctx.set_default_timeout(NAV_TIMEOUT_MS)
             page = await ctx.new_page()

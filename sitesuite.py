@@ -142,6 +142,8 @@ def world(seed: int) -> World:
               "date": f"2024-{1 + i // 2:02d}-{rng.randint(1, 28):02d}"} for i, title in enumerate(titles)]
     profile = {"display_name": rng.choice(_NAMES), "location": rng.choice(CITIES), "bio": rng.choice(_BIOS),
                "newsletter": rng.choice(NEWSLETTER)}
+    if profile["newsletter"] == "never":          # every account starts subscribed (stop-newsletter has work to do)
+        profile["newsletter"] = "monthly"
     return World(seed, products, orders, posts, profile)
 
 
@@ -719,7 +721,6 @@ class Spec:
     values: dict[str, Any]                  # instantiation_dict
     eval: dict[str, Any]
     start_path: str = "/"
-    logged_in: bool = True
 
 
 def _edit_profile(w: World, rng: random.Random, base: str) -> Spec:
@@ -811,11 +812,30 @@ def _filter_category(w: World, rng: random.Random, base: str) -> Spec:
                  "program_html": []})
 
 
+_LOGGED_IN_JS = "document.querySelector('#login-form') ? 'logged out' : 'logged in'"
+
+
+def _stop_newsletter(w: World, rng: random.Random, base: str) -> Spec:
+    # The same action sequence on every seed (no value to copy from the intent): the on-policy demo's task
+    return Spec("Unsubscribe from the newsletter: set the newsletter of your profile to \"never\". If you need to "
+                "log in, the username is {username} and the password is {password}.", dict(ACCOUNT),
+                {"eval_types": ["program_html"], "reference_answers": None, "reference_url": "",
+                 "program_html": [{"url": f"{base}/profile",
+                                   "locator": "document.querySelector('#profile-newsletter').textContent",
+                                   "required_contents": {"exact_match": "never"}}]})
+
+
+def _log_in(w: World, rng: random.Random, base: str) -> Spec:
+    return Spec("Log in to the site. The username is {username} and the password is {password}.", dict(ACCOUNT),
+                {"eval_types": ["program_html"], "reference_answers": None, "reference_url": "",
+                 "program_html": [{"url": f"{base}/profile", "locator": _LOGGED_IN_JS,
+                                   "required_contents": {"exact_match": "logged in"}}]})
+
+
 def _log_out(w: World, rng: random.Random, base: str) -> Spec:
     return Spec("Log out of the site.", {},
                 {"eval_types": ["program_html"], "reference_answers": None, "reference_url": "",
-                 "program_html": [{"url": f"{base}/profile", "locator":
-                                   "document.querySelector('#login-form') ? 'logged out' : 'logged in'",
+                 "program_html": [{"url": f"{base}/profile", "locator": _LOGGED_IN_JS,
                                    "required_contents": {"exact_match": "logged out"}}]})
 
 
@@ -827,6 +847,7 @@ class Family:
     make: Callable[[World, random.Random, str], Spec]
     steps: str
     login_starts: bool = False      # episodes start logged out on odd seeds (edit-profile: the paper's pair)
+    logged_out: bool = False        # every episode starts logged out (log-in)
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -839,6 +860,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("new-post", _new_post, "7"),
     Family("filter-category", _filter_category, "4"),
     Family("log-out", _log_out, "2"),
+    Family("stop-newsletter", _stop_newsletter, "5 logged in / 8 logged out", login_starts=True),
+    Family("log-in", _log_in, "4", logged_out=True),
 )}
 START_TYPES = {"": "by seed (even: logged in, odd: logged out)", "in": "logged in", "out": "logged out"}
 
@@ -860,6 +883,8 @@ def split_name(name: str) -> tuple[Family, str]:
 def starts_logged_in(name: str, seed: int) -> bool:
     """Does an episode of family ``name`` (optionally "@in" / "@out") with ``seed`` start logged in?"""
     fam, start = split_name(name)
+    if fam.logged_out:
+        return False
     if not fam.login_starts:
         return True
     return start == "in" if start else seed % 2 == 0

@@ -100,6 +100,10 @@ def test_configs_are_webarena_configs(tmp_path):
     assert by_id["edit-profile/1000000"]["require_login"] and by_id["edit-profile/1000000"]["storage_state"]
     assert not by_id["edit-profile/1000001"]["require_login"] and by_id["edit-profile/1000001"]["storage_state"] is None
     assert by_id["edit-profile@in/1000001"]["require_login"] and not by_id["edit-profile@out/1000000"]["require_login"]
+    assert not any(by_id[f"log-in/{s}"]["require_login"] for s in (1_000_000, 1_000_001, 5))   # always logged out
+    assert [by_id[f"stop-newsletter/{s}"]["require_login"] for s in (1_000_000, 1_000_001)] == [True, False]
+    # no world starts unsubscribed, so stop-newsletter always has work to do
+    assert all(sitesuite.world(s).profile["newsletter"] != "never" for s in range(200))
     state = json.loads(open(by_id["edit-profile/1000000"]["storage_state"]).read())
     assert state["cookies"][0]["name"] == sitesuite.SESSION_COOKIE
     # the same seed gives the same config; load_tasks("suite:...") gives one task per family
@@ -199,7 +203,7 @@ def test_wrong_answers_score_zero(run, pool):
 
 
 def test_every_family_expert_succeeds_on_held_out_seeds(run, pool):
-    tasks = env.load_tasks("suite:all,edit-profile@out")
+    tasks = env.load_tasks("suite:all,edit-profile@out,stop-newsletter@out")
     jobs = [dataclasses.replace(t, seed=s) for t in tasks for s in (env.EVAL_SEEDS[6],)]   # even: edit-profile starts logged in
 
     async def one(task):
@@ -221,6 +225,7 @@ def test_every_family_expert_succeeds_on_held_out_seeds(run, pool):
     assert not failed
     steps = {r["task"]: len(r["steps"]) for r, _ in results}
     assert sum(n >= 3 for n in steps.values()) >= 4 and steps["suite/edit-profile@out"] >= steps["suite/edit-profile"] + 3
+    assert steps["suite/stop-newsletter@out"] == steps["suite/stop-newsletter"] + 3 == 8   # log in first
     # the records are experts.py's JSONL schema (train_bc.py reads them unchanged)
     rec = results[0][0]
     assert set(rec) == {"task", "seed", "intent", "reward", "steps"} and rec["reward"] == 1.0

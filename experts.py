@@ -28,7 +28,10 @@ What it implements
 How solvers behave (and how this departs from the paper)
 - WebAgent-R1's BC data for WebArena-Lite came from WebRL's rule-based Playwright solvers on the WebArena
   sites; here the same idea covers the MiniWoB++ pages of the embedded default. Thoughts are short
-  ("# Element: ..."), as in WebRL's data; train_bc.py's R1-CoT option rewrites them into long ones.
+  ("# Element: ..."), as in WebRL's data; train_bc.py's R1-CoT option rewrites them into long ones with a
+  teacher model, and ``--thoughts long`` writes long ones without one (``long_thought``: a first-person
+  paragraph that restates the goal, names other elements of the observation it considered, quotes the
+  text that decides the target and names the action, then the same "# Element: ..." line).
 - They search the way a person would: where the target is not on screen (click-tab-2,
   click-collapsible-2, navigate-tree) they open tabs / sections / folders in order until it is, instead
   of reading the hidden DOM and jumping to it; the observation (visible viewport only) explains every step.
@@ -59,7 +62,8 @@ Run:
     python experts.py --tasks experts --episodes 100 --split eval --out /tmp/x.jsonl   # held-out check
     python experts.py --tasks suite:all,edit-profile@out --episodes 100 --split eval --out /tmp/s.jsonl  # site suite
 ``--prompt plain`` writes the responses for compress's plain prompt ("# Element: ..." line, then the
-action) instead of <think>/<answer>.
+action) instead of <think>/<answer>. ``--thoughts long`` writes long chain-of-thought thoughts (R1-CoT in
+miniature); the actions, and so the episodes, are the same as with the default ``short``.
 Output, one JSON line per successful episode:
     {"task": "miniwob/login-user", "seed": 3, "intent": "Enter the username ...", "reward": 1.0,
      "steps": [{"observation": "<html> ...", "error": null, "url": "http://miniwob.local/...",
@@ -69,11 +73,14 @@ Output, one JSON line per successful episode:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import dataclasses
+import html
 import json
 import logging
 import os
+import random
 import re
 import time
 from dataclasses import dataclass
@@ -177,6 +184,8 @@ class Demo:
     done: bool = False
     done_reason: str | None = None
     prompt: str = "thinking"                   # compress.system_prompt kind the responses are written for
+    thoughts: str = "short"                    # "short" ("# Element: ...") or "long" (long_thought)
+    key: str = ""                              # "task_id/seed": seeds long_thought's choices, with the step
 
     @property
     def page(self):
@@ -223,7 +232,12 @@ class Demo:
 
     async def act(self, action: Action, what: str) -> None:
         """Send one action (with its thought) through env.step and record the step."""
-        response = format_response(f"# Element: {what}", format_action(action), prompt=self.prompt)
+        thought = f"# Element: {what}"
+        if self.thoughts == "long":
+            thought = long_thought(self.intent, self.obs.text, action, what, key=f"{self.key}/{len(self.steps)}")
+            if self.prompt in ("plain", "short_plain"):      # the plain format's thought is "#" comment lines
+                thought = re.sub(r"^(?!#)", "# ", thought, flags=re.M)
+        response = format_response(thought, format_action(action), prompt=self.prompt)
         result = await self.env.step(response)
         self.steps.append({"observation": self.obs.text, "error": self.obs.error, "url": self.obs.url,
                            "response": response})
@@ -259,6 +273,103 @@ def exact(text: str) -> re.Pattern:
 
 async def visible(loc) -> bool:
     return await loc.count() > 0 and await loc.first.is_visible()
+
+
+# ---- long thoughts (R1-CoT in miniature, --thoughts long) ----
+
+_ELEMENT_RE = re.compile(r'<(\w+) id="(\d+)"([^>]*)>([^<]*)')      # a numbered element, its attributes, its text
+_ATTR_RE = re.compile(r'([\w-]+)="([^"]*)"')
+_KINDS = {"a": "link", "button": "button", "select": "dropdown", "textarea": "text area", "li": "list item",
+          "option": "option", "img": "image", "label": "label"}
+_DQ, _SQ = '"', "'"   # element texts are quoted in "...": their own double quotes become single ones
+_INPUT_KINDS = {"checkbox": "checkbox", "radio": "radio button", "password": "password field",
+                "submit": "button", "button": "button", "date": "date field"}
+
+
+def _clean(text: str, limit: int = 60) -> str:
+    """One line of page or intent text to quote in a thought: unescaped, spaces collapsed, no tags, at most
+    ``limit`` chars."""
+    text = " ".join(html.unescape(text).replace("<", " ").replace(">", " ").split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def observed_elements(obs_text: str) -> dict[int, str]:
+    """The numbered elements of an observation, described as a person would name them: id -> 'button 2
+    "Submit"', 'text field 0 (after "Username")', 'span 8 (class "trash", after "Glen")'. The text is the
+    element's own text, else its title / placeholder / value, else its class hint and the page text just
+    before it (an input's label, the row of an icon)."""
+    texts = [(t.end(1), t.group(1)) for t in re.finditer(r">([^<>]*[^\s<>][^<>]*)(?=<)", obs_text)]   # (end, page text)
+    ends = [end for end, _ in texts]
+    out = {}
+    for m in _ELEMENT_RE.finditer(obs_text):
+        tag, el, attrs = m.group(1).lower(), int(m.group(2)), dict(_ATTR_RE.findall(m.group(3)))
+        kind = _INPUT_KINDS.get(attrs.get("type", ""), "text field") if tag == "input" else _KINDS.get(tag, tag)
+        text = _clean(m.group(4)) or next((_clean(attrs[a]) for a in ("title", "placeholder", "value", "data-text")
+                                           if _clean(attrs.get(a, ""))), "")
+        before = bisect.bisect_right(ends, m.start()) - 1                 # the last page text before it
+        near = _clean(texts[before][1], 200).replace(_DQ, _SQ) if before >= 0 else ""
+        if len(near) > 40:                  # the words just before it
+            near = "..." + near[-40:].split(" ", 1)[-1]
+        if text:
+            out[el] = f'{kind} {el} "{text.replace(_DQ, _SQ)}"'
+        elif attrs.get("class"):            # env.py's hint for a text-less control (an icon)
+            out[el] = f'{kind} {el} (class "{_clean(attrs["class"])}"' + (f', after "{near}")' if near else ")")
+        else:
+            out[el] = f'{kind} {el} (after "{near}")' if near else f"{kind} {el}"
+    return out
+
+
+def _action_words(action: Action) -> str:
+    arg = _clean(action.argument or "", 80)
+    el = f"element {action.element}"
+    return {"Click": f"click {el}", "Right Click": f"right-click {el}", "Hover": f"hover over {el}",
+            "Type": f'type "{arg}" into {el}', "Search": f'search for "{arg}" in {el}',
+            "Select Dropdown Option": f'choose the option "{arg}" in {el}',
+            "Scroll Up": "scroll up", "Scroll Down": "scroll down", "Wait": "wait for the page",
+            "Press Enter": "press Enter", "Switch Tab": f'switch to tab "{arg}"',
+            "exit": f'finish with the answer "{_clean(action.message or "", 80)}"' if action.message else "finish",
+            "go_backward": "go back", "go_forward": "go forward"}[action.name]
+
+
+def long_thought(intent: str, obs_text: str, action: Action, what: str, key: str) -> str:
+    """A long first-person thought for one demonstration step, from what the agent sees only (the intent and
+    the observation text): it restates the goal, names 2-4 other elements of the observation it considered,
+    quotes the text that decides the target ``action.element`` (or says why no element is needed), names
+    the action, and ends with the short thought's line "# Element: {what}". Phrasing and candidates are
+    drawn from ``random.Random(key)`` (key = task id / seed / step), so a demonstration is reproducible."""
+    rng = random.Random(key)
+    elements = observed_elements(obs_text)
+    target = None if action.element is None else elements.get(action.element, f"element {action.element}")
+    goal = _clean(intent, 300).rstrip(".")
+    parts = [rng.choice(["Okay, let me restate the goal: {}.", "The task asks me to: {}.",
+                         "So the user wants this: {}.", "Let me think about what I need to do. The goal is: {}."]
+                        ).format(goal)]
+    others = [el for el in elements if el != action.element]
+    if others:
+        seen = [elements[el] for el in sorted(rng.sample(others, min(len(others), rng.randint(2, 4))))]
+        seen_text = ", ".join(seen[:-1]) + (" and " if len(seen) > 1 else "") + seen[-1]
+        parts.append(rng.choice(["Looking at the page, I can see {}.", "On the page there are {}, among others.",
+                                 "The elements I considered include {}."]).format(seen_text))
+    if target is not None:
+        words = re.findall(r'"([^"]+)"', target)
+        text = words[0].rstrip(".") if words else ""
+        deciding = text if text and re.search(rf"(?<!\w){re.escape(text)}(?!\w)", intent, re.I) else ""
+        if deciding:
+            parts.append(rng.choice([f'The task mentions "{deciding}", and {target} is {what}, so it is the one.',
+                                     f'{target[0].upper() + target[1:]} carries "{deciding}", the text the task '
+                                     f"names: it is {what}."]))
+        elif action.argument and _clean(action.argument, 80).lower() in intent.lower():
+            parts.append(f'The task gives the value "{_clean(action.argument, 80)}", and {target} is {what}, '
+                         "where it belongs.")
+        else:
+            parts.append(f"{target[0].upper() + target[1:]} is {what}, which is what the task needs at this point.")
+    else:
+        reason = re.sub(r"^none( yet)?;\s*", "", what)
+        parts.append(rng.choice(["No element needs acting on right now: {}.", "I do not need any of them now: {}."]
+                                ).format(reason.rstrip(".")))
+    parts.append(rng.choice(["So I will {}.", "Therefore, I should {}.", "My next action: {}."]
+                            ).format(_action_words(action)))
+    return " ".join(parts) + f"\n# Element: {what}"
 
 
 # ---- solvers ----
@@ -742,6 +853,22 @@ async def suite_edit_profile(d: Demo) -> None:
     await _answer(d, "done", f"none; the {field} is saved, so the task is done")
 
 
+@suite_expert("stop-newsletter")
+async def suite_stop_newsletter(d: Demo) -> None:
+    await _suite_login(d)
+    await _nav(d, "/profile", "Profile")
+    await d.click("a[href='/profile/edit']", "the 'Edit profile' link")
+    await d.select("select[name=newsletter]", "never", "the 'Newsletter' dropdown")
+    await d.click("button[type=submit]", "the 'Save' button")
+    await _answer(d, "done", "none; the newsletter is set to never, so the task is done")
+
+
+@suite_expert("log-in")
+async def suite_log_in(d: Demo) -> None:
+    await _suite_login(d)
+    await _answer(d, "done", "none; I am logged in, so the task is done")
+
+
 @suite_expert("product-price")
 async def suite_product_price(d: Demo) -> None:
     name = _intent(d, r'What is the price of the "(.+)" in the shop\? .*').group(1)
@@ -842,13 +969,14 @@ def solver_of(task) -> Solver | None:
     return EXPERTS.get(task_name(task.task_id))
 
 
-async def demonstrate(env, task, prompt: str = "thinking") -> tuple[dict, str | None]:
+async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "short") -> tuple[dict, str | None]:
     """Run one expert episode; returns (trajectory record, failure reason or None). The record is
     ``{"task", "seed", "intent", "reward", "steps": [{"observation", "error", "url", "response"}]}``
-    (``reward`` 1.0 = success); ``prompt`` = the compress.system_prompt kind the responses are written for."""
+    (``reward`` 1.0 = success); ``prompt`` = the compress.system_prompt kind the responses are written for,
+    ``thoughts`` = "short" ("# Element: ...") or "long" (long_thought)."""
     solver = solver_of(task)
     obs = await env.reset(task)
-    demo = Demo(env, obs, prompt=prompt)
+    demo = Demo(env, obs, prompt=prompt, thoughts=thoughts, key=f"{task.task_id}/{task.seed}")
     reason = None
     try:
         await solver(demo)
@@ -893,6 +1021,8 @@ class Args:
     prompt: PromptKind = "thinking"
     """response format, a compress.system_prompt kind: thinking / short (<think>..</think><answer>..</answer>)
     or plain / short_plain (a '# Element:' line, then the action)"""
+    thoughts: Literal["short", "long"] = "short"
+    """thoughts: 'short' ('# Element: ...') or 'long' (a reasoning paragraph, then that line: R1-CoT in miniature)"""
 
 
 def expand_tasks(spec: str) -> list:
@@ -909,8 +1039,8 @@ def expand_tasks(spec: str) -> list:
 
 
 async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwargs: dict | None = None,
-                   pool_kwargs: dict | None = None, progress: bool = True, prompt: str = "thinking"
-                   ) -> list[tuple[dict, str | None]]:
+                   pool_kwargs: dict | None = None, progress: bool = True, prompt: str = "thinking",
+                   thoughts: str = "short") -> list[tuple[dict, str | None]]:
     """Run every (task, seed) through the experts with ``concurrency`` contexts of one BrowserPool."""
     jobs = [dataclasses.replace(t, seed=s) for t in tasks for s in seeds]
     bar = None
@@ -934,7 +1064,7 @@ async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwarg
     async with webenv.BrowserPool(**(pool_kwargs or {})) as pool, \
             Runner(pool, concurrency, timeout_s=EPISODE_TIMEOUT_S,
                    env_kwargs=ENV_KWARGS if env_kwargs is None else env_kwargs) as runner:
-        results = await runner.run(jobs, lambda env, task: demonstrate(env, task, prompt), failed, done)
+        results = await runner.run(jobs, lambda env, task: demonstrate(env, task, prompt, thoughts), failed, done)
     if bar is not None:
         bar.close()
     return sorted(results, key=lambda r: (r[0]["task"], r[0]["seed"]))
@@ -982,7 +1112,8 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     results = asyncio.run(generate(tasks, seeds, args.concurrency, env_kwargs=env_kwargs,
-                                   pool_kwargs=pool_kwargs, progress=args.progress, prompt=args.prompt))
+                                   pool_kwargs=pool_kwargs, progress=args.progress, prompt=args.prompt,
+                                   thoughts=args.thoughts))
     kept = [rec for rec, reason in results if reason is None]
     write_jsonl(args.out, kept)
     if args.failures:

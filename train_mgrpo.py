@@ -410,8 +410,10 @@ def main(args: Args) -> Path:
         metrics.close()
         trainlib.plot_metrics(out / "metrics.jsonl", [("rollout/success_rate", "success rate"),
                               ("rollout/response_tokens", "response tokens / trajectory"),
-                              ("rollout/num_turns", "interactions / trajectory")],
-                              out / "dynamics.png", title=f"M-GRPO training dynamics ({args.model})")
+                              ("rollout/num_turns", "interactions / trajectory"),
+                              ("rollout/success/*", "success rate per task")],
+                              out / "dynamics.png", title=f"M-GRPO training dynamics ({args.model})",
+                              smooth=max(5, step // 10))
         log.info("saved %s%s", final, f" ({stopped})" if stopped else "")
     torch.distributed.barrier()
     return final
@@ -483,7 +485,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 if args.task_sampling == "pq":
                     stats.update({f"p_task/{t.task_id}": sampler.p.get(t.task_id, 0.5) for t in sampler.tasks})
                 stats.update(train_stats)
-                stats = _all_reduce_mean(stats)
+                stats.update(task_counts(trajs, sampler.tasks))
+                stats = task_success(_all_reduce_mean(stats))
                 metrics.log(step, stats)
                 if rank == 0:
                     best = max(trajs, key=lambda t: (t.reward, -len(t.steps)))
@@ -589,6 +592,27 @@ def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_tra
         "rollout/seconds": t_rollout,
         "train/seconds": t_train,
     }
+
+
+def task_counts(trajs: list[Trajectory], tasks: list[webenv.Task]) -> dict[str, float]:
+    """This rank's episodes ("task_n/ID") and successes ("task_ok/ID") of every task of the run, rolled out or
+    not: the same keys on every rank, as _all_reduce_mean needs."""
+    counts = {f"{k}/{t.task_id}": 0.0 for t in tasks for k in ("task_n", "task_ok")}
+    for t in trajs:
+        counts[f"task_n/{t.task_id}"] += 1
+        counts[f"task_ok/{t.task_id}"] += t.reward > 0
+    return counts
+
+
+def task_success(stats: dict[str, float]) -> dict[str, float]:
+    """``stats`` with task_counts' keys (averaged over ranks) replaced by "rollout/success/ID", the step's success
+    rate of each task it rolled out (dynamics.png plots their moving averages)."""
+    out = {k: v for k, v in stats.items() if not k.startswith(("task_n/", "task_ok/"))}
+    for k, n in stats.items():
+        if k.startswith("task_n/") and n > 0:
+            task_id = k[len("task_n/"):]
+            out[f"rollout/success/{task_id}"] = stats[f"task_ok/{task_id}"] / n
+    return out
 
 
 def _all_reduce(value: torch.Tensor, op) -> torch.Tensor:

@@ -460,29 +460,51 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing moving average: entry i is the mean of values[i-window+1 .. i] (fewer at the start), e.g.
+    ``moving_average([1, 2, 3, 4], 2) == [1.0, 1.5, 2.5, 3.5]``."""
+    return [sum(values[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]
+
+
 def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str | Path, title: str = "",
-                 smooth: int = 10) -> None:
-    """One subplot per (metric key, y label), against step. Keys missing from the log are skipped. With more
-    than ``smooth`` points, the raw values are drawn faint and a trailing moving average of ``smooth``
-    steps over them, so that a trend stands out from step-to-step noise (RL steps rotate through tasks)."""
+                 smooth: int = 10) -> dict[str, tuple[list, list[float]]]:
+    """One subplot per (metric key, y label), against step. Keys missing from the log are skipped. With
+    ``smooth`` > 1 the raw values are drawn faint and a trailing moving average of ``smooth`` logged values
+    (at most the number there are) over them, so that a trend stands out from step-to-step noise (RL steps
+    rotate through tasks). A key ending in "/*" is a prefix: one moving-average line per key under it (e.g.
+    "rollout/success/*", the success rate of each task). Returns key -> (steps, the plotted line's values)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = read_metrics(jsonl)
-    panels = [(k, lab) for k, lab in panels if any(k in r for r in rows)]
+
+    def keys_of(key: str) -> list[str]:
+        if not key.endswith("/*"):
+            return [key] if any(key in r for r in rows) else []
+        return sorted({k for r in rows for k in r if k.startswith(key[:-1])})
+
+    panels = [(k, lab) for k, lab in panels if keys_of(k)]
+    plotted: dict[str, tuple[list, list[float]]] = {}
     if not panels:
-        return
+        return plotted
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
     for ax, (key, label) in zip(axes[0], panels):
-        steps, values = zip(*[(r["step"], r[key]) for r in rows if key in r])
-        if len(values) > smooth > 1:
-            ax.plot(steps, values, alpha=0.3, linewidth=0.8, label="per step")
-            avg = [sum(values[max(0, i - smooth + 1):i + 1]) / (i + 1 - max(0, i - smooth + 1))
-                   for i in range(len(values))]
-            ax.plot(steps, avg, linewidth=2, label=f"mean of last {smooth}")
-            ax.legend(fontsize=7)
-        else:
-            ax.plot(steps, values, marker="o")
+        for k in keys_of(key):
+            steps, values = map(list, zip(*[(r["step"], r[k]) for r in rows if k in r]))
+            w = min(smooth, len(values))
+            line = moving_average(values, w) if w > 1 else values
+            plotted[k] = (steps, line)
+            if key.endswith("/*"):           # several series: their moving averages only
+                ax.plot(steps, line, linewidth=1.5, label=k[len(key) - 1:])
+            elif w > 1:
+                ax.plot(steps, values, alpha=0.3, linewidth=0.8, label="per step")
+                ax.plot(steps, line, linewidth=2, label=f"moving average of {w} steps")
+            else:
+                ax.plot(steps, values, marker="o")
+        if key.endswith("/*"):
+            ax.set_title(f"moving average of (up to) {smooth} logged values each" if smooth > 1 else "", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6 if key.endswith("/*") else 7)
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -491,3 +513,4 @@ def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str 
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
+    return plotted

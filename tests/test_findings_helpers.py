@@ -1,0 +1,160 @@
+"""Helpers for the paper's other findings in miniature:
+- R1-CoT: experts.py --thoughts long (experts.long_thought: a reasoning paragraph built from the intent and
+  the observation only, ending with the short "# Element: ..." line; the action is unchanged), unit tests on
+  a fixed observation, Demo's plumbing on a fake env (both prompt formats), and one real-Chromium CLI run;
+- readable training dynamics: trainlib.moving_average / plot_metrics(smooth=...) (a "/*" panel draws one
+  line per task), and train_mgrpo's per-task success metrics (task_counts, reduced over ranks, task_success).
+
+Run: .venv/bin/python -m pytest -q tests/test_findings_helpers.py
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+import compress
+import env
+import experts
+import trainlib
+
+OBS = ('<html> <div> Click on the "Submit" button. </div> <button id="0" data-bbox="2,52,33,21"> Ok </button> '
+       '<div> eget eget aliquet </div> <input id="1" type="text" value="" data-bbox="2,84,109,21"> '
+       '<button id="2" data-bbox="2,105,57,21"> Submit </button> enim aliquet sed: '
+       '<input id="3" type="text" value="" data-bbox="2,126,98,21"> '
+       '<label> <input id="4" type="checkbox" data-status="not-checked" data-bbox="6,55,20,13"> xX </label> </html>')
+INTENT = 'Click on the "Submit" button.'
+CLICK = env.Action("Click", element=2)
+WHAT = "the 'Submit' button"
+
+
+# ---- R1-CoT: long thoughts ----
+
+def test_observed_elements_describes_each_numbered_element():
+    assert experts.observed_elements(OBS) == {
+        0: 'button 0 "Ok"', 1: 'text field 1 (after "eget eget aliquet")', 2: 'button 2 "Submit"',
+        3: 'text field 3 (after "enim aliquet sed:")', 4: 'checkbox 4 "xX"'}
+
+
+def test_long_thought_names_candidates_target_and_action():
+    described = experts.observed_elements(OBS)
+    thought = experts.long_thought(INTENT, OBS, CLICK, WHAT, key="miniwob/click-button/7/0")
+    paragraph, last = thought.rsplit("\n", 1)
+    assert last == f"# Element: {WHAT}" and "\n" not in paragraph
+    assert 'Click on the "Submit" button' in paragraph                 # the goal, restated
+    candidates = [d for el, d in described.items() if el != 2 and d in paragraph]
+    assert len(candidates) >= 2, paragraph                              # real elements of the page, with ids
+    assert 'button 2 "submit"' in paragraph.lower()                      # the target, with its id
+    assert re.search(r'(mentions|carries) "Submit"', paragraph)           # the deciding text, quoted
+    assert paragraph.endswith("click element 2.")                       # the action
+    assert len(thought) > 200
+
+
+def test_long_thought_is_deterministic_and_varies_with_the_key():
+    thoughts = [experts.long_thought(INTENT, OBS, CLICK, WHAT, key=f"miniwob/click-button/{seed}/0")
+                for seed in range(6)]
+    assert thoughts == [experts.long_thought(INTENT, OBS, CLICK, WHAT, key=f"miniwob/click-button/{seed}/0")
+                        for seed in range(6)]
+    assert len(set(thoughts)) > 1
+
+
+def test_long_thought_without_element():
+    scroll = experts.long_thought(INTENT, OBS, env.Action("Scroll Down"),
+                                  "none yet; the 'Next' link is further down, so scroll down", key="k")
+    assert "the 'Next' link is further down" in scroll and scroll.split("\n")[0].endswith("scroll down.")
+    done = experts.long_thought("What is the price?", OBS, env.Action("exit", message="$3"),
+                                "none; the price is shown, so the task is done", key="k")
+    assert 'finish with the answer "$3".' in done and "element None" not in done
+
+
+class FakeEnv:
+    """env.step's shape: records the response and ends the episode with reward 1."""
+    def __init__(self):
+        self.responses = []
+
+    async def step(self, response):
+        self.responses.append(response)
+        return SimpleNamespace(obs=None, reward=1.0, done=True, info={"done_reason": "success"})
+
+
+@pytest.mark.parametrize("prompt", ["thinking", "plain"])
+def test_demo_act_long_and_short_thoughts(prompt):
+    obs = SimpleNamespace(text=OBS, intent=INTENT, error=None, url="http://miniwob.local/click-button.html")
+    responses = {}
+    for thoughts in ("short", "long"):
+        fake = FakeEnv()
+        demo = experts.Demo(fake, obs, prompt=prompt, thoughts=thoughts, key="miniwob/click-button/7")
+        with pytest.raises(experts.EpisodeOver):
+            asyncio.run(demo.act(CLICK, WHAT))
+        responses[thoughts] = fake.responses[0]
+        assert demo.steps[0]["response"] == fake.responses[0]
+    assert responses["short"] == compress.format_response(f"# Element: {WHAT}", env.format_action(CLICK), prompt=prompt)
+    assert env.parse_action(responses["long"]) == CLICK                  # the action is unchanged
+    expected = experts.long_thought(INTENT, OBS, CLICK, WHAT, key="miniwob/click-button/7/0")   # key + step 0
+    if prompt == "plain":                      # the plain format's thought is "#" comment lines
+        expected = "# " + expected
+    assert compress.parse_response(responses["long"]).thought == expected
+    assert expected.endswith(f"\n# Element: {WHAT}") and len(expected) > 200
+
+
+@pytest.mark.timeout(300)
+def test_cli_long_thoughts_on_click_button(tmp_path):
+    """Real Chromium: two click-button episodes with --thoughts long; every episode succeeds and every
+    response is one parseable action after a long thought ending with the '# Element:' line."""
+    out = tmp_path / "demos.jsonl"
+    rc = experts.main(["--tasks", "miniwob:click-button", "--episodes", "2", "--split", "eval", "--out", str(out),
+                       "--thoughts", "long", "--concurrency", "1", "--no-progress"])
+    assert rc == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == 2 and all(r["reward"] == 1.0 for r in recs)
+    for rec in recs:
+        assert set(rec) == {"task", "seed", "intent", "reward", "steps"}
+        for step in rec["steps"]:
+            assert set(step) == {"observation", "error", "url", "response"}
+            action = env.parse_action(step["response"])
+            assert action.name == "Click" and f'id="{action.element}"' in step["observation"]
+            thought = compress.parse_response(step["response"]).thought
+            assert len(thought) > 200 and re.search(r"\n# Element: .+$", thought), thought
+            assert f"element {action.element}" in thought
+
+
+# ---- readable training dynamics ----
+
+def test_moving_average_by_hand():
+    assert trainlib.moving_average([1, 2, 3, 4], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert trainlib.moving_average([0, 1, 0, 1, 0], 3) == [0.0, 0.5, 1 / 3, 2 / 3, 1 / 3]
+    assert trainlib.moving_average([5.0], 4) == [5.0]
+
+
+def test_plot_metrics_smoothed_and_per_task(tmp_path):
+    rows = [{"step": s, "rollout/success_rate": float(s % 2), f"rollout/success/miniwob/{'ab'[s % 2]}": s / 10}
+            for s in range(1, 9)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    png = tmp_path / "dynamics.png"
+    plotted = trainlib.plot_metrics(path, [("rollout/success_rate", "success rate"), ("missing/key", "x"),
+                                           ("rollout/success/*", "success rate per task")], png, smooth=3)
+    assert png.stat().st_size > 0
+    assert set(plotted) == {"rollout/success_rate", "rollout/success/miniwob/a", "rollout/success/miniwob/b"}
+    steps, line = plotted["rollout/success_rate"]
+    assert steps == list(range(1, 9))
+    assert line == pytest.approx([1, 1 / 2, 2 / 3, 1 / 3, 2 / 3, 1 / 3, 2 / 3, 1 / 3])
+    steps, line = plotted["rollout/success/miniwob/b"]                   # odd steps only: 0.1, 0.3, 0.5, 0.7
+    assert steps == [1, 3, 5, 7] and line == pytest.approx([0.1, 0.2, 0.3, 0.5])
+    raw = trainlib.plot_metrics(path, [("rollout/success_rate", "success rate")], png, smooth=0)
+    assert raw["rollout/success_rate"][1] == [float(s % 2) for s in range(1, 9)]      # smooth=0: the raw values
+
+
+def test_per_task_success_metrics_reduce_over_ranks():
+    import train_mgrpo
+    tasks = [SimpleNamespace(task_id=t) for t in ("miniwob/a", "miniwob/b", "miniwob/c")]
+    traj = lambda task_id, reward: SimpleNamespace(task_id=task_id, reward=reward)   # noqa: E731
+    rank0 = train_mgrpo.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 0.0), traj("miniwob/b", 0.0)], tasks)
+    rank1 = train_mgrpo.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 1.0)], tasks)
+    assert set(rank0) == set(rank1)                     # the same keys on every rank (_all_reduce_mean)
+    mean = {k: (rank0[k] + rank1[k]) / 2 for k in rank0}
+    stats = train_mgrpo.task_success({"rollout/success_rate": 0.6, **mean})
+    assert stats == {"rollout/success_rate": 0.6, "rollout/success/miniwob/a": 0.75, "rollout/success/miniwob/b": 0.0}

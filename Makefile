@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.torch_extensions
 
-.PHONY: setup test demo demo-smoke demo-zero
+.PHONY: setup test demo demo-smoke demo-zero demo-suite demo-findings
 setup:
 	@bash scripts/setup.sh
 
@@ -19,3 +19,13 @@ demo-smoke: setup
 # Also R1-Zero (RL from the untrained model, same budget): the paper's BC ablation.
 demo-zero: setup
 	@DEMO_ZERO=1 bash scripts/demo.sh
+
+# The paper's on-policy argument on the site suite: BC on logged-in starts only, then M-GRPO on mixed starts,
+# evaluated by start type (SUITE_SIZE=smoke|default).
+demo-suite: setup
+	@bash scripts/demo_suite.sh
+
+# The paper's other findings in the demo's miniature: test-time scaling, thinking vs plain, R1-CoT, R1-Zero
+# (FINDINGS="tts plain cot zero" picks stages; reuses runs/demo, running make demo first if it is missing).
+demo-findings: setup
+	@bash scripts/demo_findings.sh

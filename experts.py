@@ -855,8 +855,7 @@ async def suite_edit_profile(d: Demo) -> None:
 
 @suite_expert("stop-newsletter")
 async def suite_stop_newsletter(d: Demo) -> None:
-    await _suite_login(d)
-    await _nav(d, "/profile", "Profile")
+    await _suite_login(d)                                  # the login form returns to the profile page
     await d.click("a[href='/profile/edit']", "the 'Edit profile' link")
     await d.select("select[name=newsletter]", "never", "the 'Newsletter' dropdown")
     await d.click("button[type=submit]", "the 'Save' button")

@@ -816,13 +816,14 @@ _LOGGED_IN_JS = "document.querySelector('#login-form') ? 'logged out' : 'logged 
 
 
 def _stop_newsletter(w: World, rng: random.Random, base: str) -> Spec:
-    # The same action sequence on every seed (no value to copy from the intent): the on-policy demo's task
+    # The same action sequence on every seed (no value to copy from the intent): the on-policy demo's task.
+    # It starts on the profile page (logged out: the login form, which returns there after the login).
     return Spec("Unsubscribe from the newsletter: set the newsletter of your profile to \"never\". If you need to "
                 "log in, the username is {username} and the password is {password}.", dict(ACCOUNT),
                 {"eval_types": ["program_html"], "reference_answers": None, "reference_url": "",
                  "program_html": [{"url": f"{base}/profile",
                                    "locator": "document.querySelector('#profile-newsletter').textContent",
-                                   "required_contents": {"exact_match": "never"}}]})
+                                   "required_contents": {"exact_match": "never"}}]}, start_path="/profile")
 
 
 def _log_in(w: World, rng: random.Random, base: str) -> Spec:
@@ -860,7 +861,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("new-post", _new_post, "7"),
     Family("filter-category", _filter_category, "4"),
     Family("log-out", _log_out, "2"),
-    Family("stop-newsletter", _stop_newsletter, "5 logged in / 8 logged out", login_starts=True),
+    Family("stop-newsletter", _stop_newsletter, "4 logged in / 7 logged out", login_starts=True),
     Family("log-in", _log_in, "4", logged_out=True),
 )}
 START_TYPES = {"": "by seed (even: logged in, odd: logged out)", "in": "logged in", "out": "logged out"}
@@ -931,8 +932,8 @@ class SuiteFamily(webenv.WebArenaFamily):
             elif n and n not in names:
                 split_name(n)                            # a clear error for an unknown family
                 names.append(n)
-        base = base_url()
-        return [webenv.Task(task_id=f"suite/{n}", site=SITE, intent="", start_url=base + "/",
+        base = base_url()                  # a family's start page is the same for every seed (task_config(n, 0))
+        return [webenv.Task(task_id=f"suite/{n}", site=SITE, intent="", start_url=task_config(n, 0, base)["start_url"],
                             eval={"type": "suite"}, family=self.name) for n in names]
 
     @staticmethod
@@ -954,6 +955,8 @@ class SuiteFamily(webenv.WebArenaFamily):
     async def start(self, env: Any, page: Any, task: webenv.Task) -> webenv.Task:
         # env's own config check (the one WebArena configs go through) builds the concrete task
         concrete = webenv.webarena_task(self.config(task))
+        if concrete.start_url != task.start_url:          # a seed with its own start page
+            await page.goto(concrete.start_url, wait_until="domcontentloaded")
         return dataclasses.replace(task, intent=concrete.intent, eval=concrete.eval,
                                    require_login=concrete.require_login, storage_state=concrete.storage_state)
 

@@ -1,4 +1,4 @@
-"""`make demo` at smoke size, end to end: expert demos -> BC -> M-GRPO -> evaluation, as the README runs it."""
+"""`make demo`, `make demo-findings` and `make demo-suite` at smoke size, end to end, as the README runs them."""
 import json
 import os
 import subprocess
@@ -24,3 +24,45 @@ def test_demo_pipeline_smoke(tmp_path):
     assert results and (out / "eval" / "viewer" / "index.html").exists()
     for png in ("bc/loss.png", "rl/dynamics.png", "eval/test_time_scaling.png"):
         assert (out / png).stat().st_size > 0
+    check_findings_smoke(out, tmp_path / "findings")
+
+
+def check_findings_smoke(demo: Path, out: Path) -> None:
+    """`make demo-findings` at smoke size on top of the smoke demo's run: every stage writes its results."""
+    environ = dict(os.environ, DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out), PYTHONUNBUFFERED="1")
+    environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
+    proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, env=environ, capture_output=True,
+                          text=True, timeout=1500)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "make demo first" not in log                   # it reused the demo's run
+    for results in ("tts", "plain/eval", "cot/eval", "zero/eval"):
+        assert (out / results / "results.json").exists(), results
+    tts = (out / "tts" / "results.md").read_text()
+    assert "| untrained |" in tts and "| rl |" in tts
+    cot = [json.loads(line) for line in (out / "cot" / "demos.jsonl").read_text().splitlines()]
+    assert all(len(s["response"]) > 150 for r in cot for s in r["steps"])            # long thoughts
+    plain = [json.loads(line) for line in (out / "plain" / "demos.jsonl").read_text().splitlines()]
+    assert all("<think>" not in s["response"] for r in plain for s in r["steps"])
+
+
+def test_demo_suite_smoke(tmp_path):
+    """`make demo-suite` at smoke size: suite demonstrations (logged-in starts + log-in + the few logged-out
+    ones) -> BC -> M-GRPO on mixed starts -> evaluation split by start type."""
+    out = tmp_path / "suite"
+    environ = dict(os.environ, SUITE_SIZE="smoke", SUITE_OUT=str(out), SUITE_OUT_DEMOS="1", PYTHONUNBUFFERED="1")
+    environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
+    proc = subprocess.run(["bash", "scripts/demo_suite.sh"], cwd=ROOT, env=environ, capture_output=True, text=True,
+                          timeout=1500)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    demos = [json.loads(line) for line in (out / "demos.jsonl").read_text().splitlines()]
+    starts = sorted(r["task"] for r in demos)
+    assert starts == ["suite/log-in"] * 2 + ["suite/stop-newsletter@in"] * 2 + ["suite/stop-newsletter@out"]
+    table = (out / "eval" / "results.md").read_text()
+    assert "| stop-newsletter@in | stop-newsletter@out | log-in |" in table
+    for row in ("| bc |", "| rl |"):
+        assert row in table and row in log
+    results = json.loads((out / "eval" / "results.json").read_text())
+    assert results and (out / "eval" / "viewer" / "index.html").exists()
+

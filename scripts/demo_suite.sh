@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `make demo-suite`: the paper's on-policy argument (Sec. 1: after "log out", "edit your profile" needs a log-in
+# first) trained end to end on the site suite (sitesuite.py), with the tiny CPU model:
+#
+#   1. expert demonstrations that never start logged out (the off-policy data of the paper's example):
+#      stop-newsletter started logged in (on the profile page: Edit profile -> newsletter "never" -> Save ->
+#      exit) and log-in (type the username and the password, click "Log in", exit), so both skills are in the
+#      data but never one after the other (SUITE_OUT_DEMOS adds a few logged-out stop-newsletter ones);
+#   2. behavior cloning on them;
+#   3. M-GRPO from the BC checkpoint on stop-newsletter with mixed starts (even seeds logged in, odd logged out);
+#   4. BC and BC + M-GRPO evaluated on held-out seeds, separately on logged-in and logged-out starts.
+#
+# No value is copied from the intent (the credentials and "never" are the same in every episode), so the tiny
+# model can represent every action; what the data lacks is the logged-out start of the task itself.
+#
+#   SUITE_SIZE=smoke|default   (default: default, about 25 minutes on a 2-core CPU box)
+#   SUITE_OUT_DEMOS=0          logged-out stop-newsletter demonstrations to add (0: the paper's example; with
+#                              3, BC already solves the logged-out starts: README, section Site suite)
+#   SUITE_OUT=runs/demo-suite  where everything goes
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+OUT=${SUITE_OUT:-runs/demo-suite}
+SIZE=${SUITE_SIZE:-default}
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
+
+MODEL=tiny:layers=4,hidden=192
+DEMO_TASKS=suite:stop-newsletter@in,log-in                # the off-policy data: never a logged-out stop-newsletter
+RL_TASKS=suite:stop-newsletter                            # mixed starts: even seeds logged in, odd logged out
+EVAL_TASKS=suite:stop-newsletter@in,stop-newsletter@out,log-in
+OUT_DEMOS=${SUITE_OUT_DEMOS:-0}
+case "$SIZE" in
+  smoke)   EPISODES=2;  BC_STEPS=4;  RL_STEPS=2;  B=2; G=2; EVAL=2 ;;
+  default) EPISODES=30; BC_STEPS=100; RL_STEPS=14; B=4; G=4; EVAL=30 ;;
+  *) echo "SUITE_SIZE must be smoke or default" >&2; exit 2 ;;
+esac
+TURNS=10        # the logged-out expert needs 7 interactions
+TEMP=0.5        # rollout temperature: at the paper's T = 1 the tiny BC policy breaks the action format in ~70% of
+                # its responses (greedy: none), so few groups hold a success to learn from (README, Site suite)
+NEW=80          # response tokens: the longest expert response is ~60 tokens of the tiny tokenizer
+mkdir -p "$OUT"
+start=$(date +%s)
+stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
+
+stage "1/4 expert demonstrations: $EPISODES episodes each of $DEMO_TASKS, $OUT_DEMOS of stop-newsletter@out"
+$PY experts.py --tasks "$DEMO_TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
+if [ "$OUT_DEMOS" -gt 0 ]; then        # other seeds than the logged-in ones
+  $PY experts.py --tasks suite:stop-newsletter@out --episodes "$OUT_DEMOS" --seed-offset 500 --out "$OUT/demos_out.jsonl"
+  cat "$OUT/demos_out.jsonl" >> "$OUT/demos.jsonl"
+fi
+got=$(wc -l < "$OUT/demos.jsonl"); want=$(( 2 * EPISODES + OUT_DEMOS ))
+if [ "$got" -lt "$want" ]; then echo "only $got of $want expert demonstrations succeeded" >&2; exit 1; fi
+
+stage "2/4 behavior cloning of $MODEL: $BC_STEPS steps (train_bc.py)"
+$PY train_bc.py --model "$MODEL" --data "$OUT/demos.jsonl" --out "$OUT/bc" --max-steps "$BC_STEPS" \
+  --batch-size 16 --micro-batch 16 --lr 2e-3 --warmup-frac 0.05 --prompt short --torch-threads 0
+
+stage "3/4 M-GRPO from the BC checkpoint on mixed starts: $RL_STEPS steps of $B groups x G=$G (train_mgrpo.py)"
+$PY train_mgrpo.py --model "$OUT/bc/hf" --tasks "$RL_TASKS" --out "$OUT/rl" --steps "$RL_STEPS" \
+  --tasks-per-step "$B" --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns "$TURNS" --max-new-tokens "$NEW" \
+  --prompt short --save-every 0 --temperature "$TEMP"
+
+stage "4/4 evaluation on held-out seeds, by start type: $EVAL episodes each (eval.py)"
+$PY eval.py --model "bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$EVAL_TASKS" --episodes "$EVAL" --prompt short \
+  --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/eval"
+
+stage "done in $(( $(date +%s) - start ))s"
+cat "$OUT/eval/results.md"
+echo
+echo "trajectory viewer: $OUT/eval/viewer/index.html"

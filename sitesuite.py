@@ -28,6 +28,8 @@ What it implements
   instantiation_dict, eval{eval_types, reference_answers, reference_url, url_note, program_html}), checked by
   env.py's own config loader. ``edit-profile`` is the paper's pair: its episodes start logged in (even
   seeds) or logged out (odd seeds); ``edit-profile@in`` / ``edit-profile@out`` force one start type.
+  ``stop-newsletter`` is the same pair with nothing to copy from the intent (``make demo-suite``), and
+  ``log-in`` always starts logged out.
 - ``SuiteFamily`` (registered as "suite"): ``env.load_tasks("suite:all")`` or ``"suite:edit-profile,add-to-cart"``
   gives one Task per family; callers set the seed per episode (``dataclasses.replace(task, seed=s)``, as for
   MiniWoB; training uses env.TRAIN_SEEDS, evaluation env.EVAL_SEEDS); ``setup_context`` sets the sandbox
@@ -932,9 +934,11 @@ class SuiteFamily(webenv.WebArenaFamily):
             elif n and n not in names:
                 split_name(n)                            # a clear error for an unknown family
                 names.append(n)
-        base = base_url()                  # a family's start page is the same for every seed (task_config(n, 0))
-        return [webenv.Task(task_id=f"suite/{n}", site=SITE, intent="", start_url=task_config(n, 0, base)["start_url"],
-                            eval={"type": "suite"}, family=self.name) for n in names]
+        base = base_url()
+        # a family's start page is the same for every seed: its seed-0 config's (start() checks the episode's)
+        return [webenv.Task(task_id=f"suite/{n}", site=SITE, intent="",
+                            start_url=task_config(n, 0, base)["start_url"], eval={"type": "suite"},
+                            family=self.name) for n in names]
 
     @staticmethod
     def config(task: webenv.Task) -> dict[str, Any]:

@@ -13,9 +13,10 @@
 # No value is copied from the intent (the credentials and "never" are the same in every episode), so the tiny
 # model can represent every action; what the data lacks is the logged-out start of the task itself.
 #
-#   SUITE_SIZE=smoke|default   (default: default, about 25 minutes on a 2-core CPU box)
+#   SUITE_SIZE=smoke|default   (default: default, 22 minutes on a 2-core CPU box, measured)
 #   SUITE_OUT_DEMOS=0          logged-out stop-newsletter demonstrations to add (0: the paper's example; with
 #                              3, BC already solves the logged-out starts: README, section Site suite)
+#   SUITE_MODEL=tiny:...       the model BC starts from (an HF checkpoint dir works too)
 #   SUITE_OUT=runs/demo-suite  where everything goes
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ OUT=${SUITE_OUT:-runs/demo-suite}
 SIZE=${SUITE_SIZE:-default}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
 
-MODEL=tiny:layers=4,hidden=192
+MODEL=${SUITE_MODEL:-tiny:layers=4,hidden=192}
 DEMO_TASKS=suite:stop-newsletter@in,log-in                # the off-policy data: never a logged-out stop-newsletter
 RL_TASKS=suite:stop-newsletter                            # mixed starts: even seeds logged in, odd logged out
 EVAL_TASKS=suite:stop-newsletter@in,stop-newsletter@out,log-in

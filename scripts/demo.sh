@@ -8,14 +8,9 @@
 #   DEMO_OUT=runs/demo             where everything goes
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+source scripts/demo_common.sh            # TASKS, MODEL, stage, bc, rl
 OUT=${DEMO_OUT:-runs/demo}
 SIZE=${DEMO_SIZE:-default}
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
-
-# 8 MiniWoB++ tasks, the last three multi-step (3+ actions)
-TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-text,click-checkboxes,click-collapsible-2,login-user
-MODEL=tiny:layers=4,hidden=192
 case "$SIZE" in
   smoke)   EPISODES=3;   BC_STEPS=4;   RL_STEPS=2;  B=2; G=2; EVAL=2;  NEW=48 ;;
   default) EPISODES=80;  BC_STEPS=300; RL_STEPS=48;  B=4; G=4; EVAL=20; NEW=64 ;;
@@ -23,27 +18,20 @@ case "$SIZE" in
   *) echo "DEMO_SIZE must be smoke, default or long" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
-start=$(date +%s)
-stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
 
 stage "1/4 expert demonstrations: $EPISODES episodes per task (experts.py)"
 $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
 
 stage "2/4 behavior cloning of $MODEL: $BC_STEPS steps (train_bc.py, Eq. 1)"
-$PY train_bc.py --model "$MODEL" --data "$OUT/demos.jsonl" --out "$OUT/bc" --max-steps "$BC_STEPS" \
-  --batch-size 16 --micro-batch 16 --lr 2e-3 --warmup-frac 0.05 --prompt short --torch-threads 0   # no browser runs during BC: every core
+bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short
 
 stage "3/4 M-GRPO from the BC checkpoint: $RL_STEPS steps of $B tasks x G=$G (train_mgrpo.py, Eq. 2)"
-$PY train_mgrpo.py --model "$OUT/bc/hf" --tasks "$TASKS" --out "$OUT/rl" --steps "$RL_STEPS" \
-  --tasks-per-step "$B" --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$NEW" \
-  --prompt short --save-every 0
+rl "$OUT/bc/hf" "$OUT/rl" "$RL_STEPS" "$NEW"
 
 MODELS="untrained=$MODEL,bc=$OUT/bc/hf,rl=$OUT/rl/hf"
 if [ "${DEMO_ZERO:-0}" = 1 ]; then
   stage "3b R1-Zero: M-GRPO from the untrained model, same budget"
-  $PY train_mgrpo.py --model "$MODEL" --tasks "$TASKS" --out "$OUT/r1zero" --steps "$RL_STEPS" \
-    --tasks-per-step "$B" --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$NEW" \
-    --prompt short --save-every 0
+  rl "$MODEL" "$OUT/r1zero" "$RL_STEPS" "$NEW"
   MODELS="$MODELS,r1-zero=$OUT/r1zero/hf"
 fi
 

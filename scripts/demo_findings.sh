@@ -13,30 +13,17 @@
 # FINDINGS_SIZE=smoke runs every stage in seconds-long budgets on 2 tasks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+source scripts/demo_common.sh            # the demo's TASKS, MODEL, stage, bc, rl
 DEMO=${DEMO_OUT:-runs/demo}
 OUT=${FINDINGS_OUT:-runs/findings}
 STAGES=${FINDINGS:-tts plain cot zero}
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
 
-TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-text,click-checkboxes,click-collapsible-2,login-user
-MODEL=tiny:layers=4,hidden=192
 EPISODES=80; BC_STEPS=300; RL_STEPS=48; B=4; G=4; EVAL=20; NEW=64
 if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
   TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=3; RL_STEPS=1; B=2; G=2; EVAL=1
 fi
 COT_NEW=192     # a long thought is ~100 tokens of the tiny tokenizer before the action
 mkdir -p "$OUT"
-start=$(date +%s)
-stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
-bc() {  # bc DEMOS OUT PROMPT
-  $PY train_bc.py --model "$MODEL" --data "$1" --out "$2" --max-steps "$BC_STEPS" --batch-size 16 --micro-batch 16 \
-    --lr 2e-3 --warmup-frac 0.05 --prompt "$3" --torch-threads 0
-}
-rl() {  # rl INIT OUT NEW
-  $PY train_mgrpo.py --model "$1" --tasks "$TASKS" --out "$2" --steps "$RL_STEPS" --tasks-per-step "$B" \
-    --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$3" --prompt short --save-every 0
-}
 
 if [ ! -d "$DEMO/rl/hf" ]; then
   stage "make demo first ($DEMO)"
@@ -52,19 +39,19 @@ for s in $STAGES; do
   plain)
     stage "thinking vs plain: BC on plain-format demonstrations (same pages), evaluated beside the demo's BC"
     $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --prompt short_plain --out "$OUT/plain/demos.jsonl"
-    bc "$OUT/plain/demos.jsonl" "$OUT/plain/bc" short_plain
+    bc "$OUT/plain/demos.jsonl" "$OUT/plain/bc" "$BC_STEPS" short_plain
     $PY eval.py --model "bc-plain=$OUT/plain/bc/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short_plain \
       --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/plain/eval" ;;
   cot)
     stage "R1-CoT: BC on long-thought demonstrations (same pages), then M-GRPO with the demo's budget"
     $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --thoughts long --out "$OUT/cot/demos.jsonl"
-    bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc" short
-    rl "$OUT/cot/bc/hf" "$OUT/cot/rl" "$COT_NEW"
+    bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc" "$BC_STEPS" short
+    rl "$OUT/cot/bc/hf" "$OUT/cot/rl" "$RL_STEPS" "$COT_NEW"
     $PY eval.py --model "bc-cot=$OUT/cot/bc/hf,rl-cot=$OUT/cot/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
       --prompt short --max-new-tokens "$COT_NEW" --max-steps 6 --out "$OUT/cot/eval" ;;
   zero)
     stage "R1-Zero: M-GRPO from the untrained model, the demo's RL budget"
-    rl "$MODEL" "$OUT/zero/rl" "$NEW"
+    rl "$MODEL" "$OUT/zero/rl" "$RL_STEPS" "$NEW"
     $PY eval.py --model "r1-zero=$OUT/zero/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
       --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/zero/eval" ;;
   *) echo "unknown stage $s (tts plain cot zero)" >&2; exit 2 ;;

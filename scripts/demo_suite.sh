@@ -20,10 +20,9 @@
 #   SUITE_OUT=runs/demo-suite  where everything goes
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+source scripts/demo_common.sh            # stage, bc (MODEL is set below)
 OUT=${SUITE_OUT:-runs/demo-suite}
 SIZE=${SUITE_SIZE:-default}
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
 
 MODEL=${SUITE_MODEL:-tiny:layers=4,hidden=192}
 DEMO_TASKS=suite:stop-newsletter@in,log-in                # the off-policy data: never a logged-out stop-newsletter
@@ -40,8 +39,6 @@ TEMP=0.5        # rollout temperature: at the paper's T = 1 the tiny BC policy b
                 # its responses (greedy: none), so few groups hold a success to learn from (README, Site suite)
 NEW=80          # response tokens: the longest expert response is ~60 tokens of the tiny tokenizer
 mkdir -p "$OUT"
-start=$(date +%s)
-stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
 
 stage "1/4 expert demonstrations: $EPISODES episodes each of $DEMO_TASKS, $OUT_DEMOS of stop-newsletter@out"
 $PY experts.py --tasks "$DEMO_TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
@@ -53,8 +50,7 @@ got=$(wc -l < "$OUT/demos.jsonl"); want=$(( 2 * EPISODES + OUT_DEMOS ))
 if [ "$got" -lt "$want" ]; then echo "only $got of $want expert demonstrations succeeded" >&2; exit 1; fi
 
 stage "2/4 behavior cloning of $MODEL: $BC_STEPS steps (train_bc.py)"
-$PY train_bc.py --model "$MODEL" --data "$OUT/demos.jsonl" --out "$OUT/bc" --max-steps "$BC_STEPS" \
-  --batch-size 16 --micro-batch 16 --lr 2e-3 --warmup-frac 0.05 --prompt short --torch-threads 0
+bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short
 
 stage "3/4 M-GRPO from the BC checkpoint on mixed starts: $RL_STEPS steps of $B groups x G=$G (train_mgrpo.py)"
 $PY train_mgrpo.py --model "$OUT/bc/hf" --tasks "$RL_TASKS" --out "$OUT/rl" --steps "$RL_STEPS" \

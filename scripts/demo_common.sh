@@ -1,0 +1,23 @@
+# Sourced by scripts/demo.sh, demo_findings.sh and demo_suite.sh: the demo's tasks, model and training
+# commands, written once so that every finding runs with the demo's own settings.
+PY=.venv/bin/python
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
+
+# 8 MiniWoB++ tasks, the last three multi-step (3+ actions)
+TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-text,click-checkboxes,click-collapsible-2,login-user
+MODEL=tiny:layers=4,hidden=192
+
+start=$(date +%s)
+stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
+
+# bc DEMOS OUT STEPS PROMPT: behavior cloning of $MODEL (no browser runs during BC: every core)
+bc() {
+  $PY train_bc.py --model "$MODEL" --data "$1" --out "$2" --max-steps "$3" --batch-size 16 --micro-batch 16 \
+    --lr 2e-3 --warmup-frac 0.05 --prompt "$4" --torch-threads 0
+}
+
+# rl INIT OUT STEPS NEW: M-GRPO on $TASKS, $B tasks x G=$G per step
+rl() {
+  $PY train_mgrpo.py --model "$1" --tasks "$TASKS" --out "$2" --steps "$3" --tasks-per-step "$B" --group-size "$G" \
+    --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$4" --prompt short --save-every 0
+}

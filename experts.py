@@ -843,6 +843,12 @@ async def suite_edit_profile(d: Demo) -> None:
     field, value = m.group(1), m.group(2)
     await _suite_login(d)
     await _nav(d, "/profile", "Profile")
+    await _save_profile_field(d, field, value)
+    await _answer(d, "done", f"none; the {field} is saved, so the task is done")
+
+
+async def _save_profile_field(d: Demo, field: str, value: str) -> None:
+    """From the profile page: Edit profile, set ``field`` ("display name", ..., "newsletter") to ``value``, Save."""
     await d.click("a[href='/profile/edit']", "the 'Edit profile' link")
     if field == "newsletter":
         await d.select("select[name=newsletter]", value, "the 'Newsletter' dropdown")
@@ -850,15 +856,12 @@ async def suite_edit_profile(d: Demo) -> None:
         target = "textarea[name=bio]" if field == "bio" else f"input[name={field.replace(' ', '_')}]"
         await d.type(target, value, f"the '{field.capitalize()}' field")
     await d.click("button[type=submit]", "the 'Save' button")
-    await _answer(d, "done", f"none; the {field} is saved, so the task is done")
 
 
 @suite_expert("stop-newsletter")
 async def suite_stop_newsletter(d: Demo) -> None:
     await _suite_login(d)                                  # the login form returns to the profile page
-    await d.click("a[href='/profile/edit']", "the 'Edit profile' link")
-    await d.select("select[name=newsletter]", "never", "the 'Newsletter' dropdown")
-    await d.click("button[type=submit]", "the 'Save' button")
+    await _save_profile_field(d, "newsletter", "never")
     await _answer(d, "done", "none; the newsletter is set to never, so the task is done")
 
 

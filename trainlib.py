@@ -483,13 +483,13 @@ def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str 
             return [key] if any(key in r for r in rows) else []
         return sorted({k for r in rows for k in r if k.startswith(key[:-1])})
 
-    panels = [(k, lab) for k, lab in panels if keys_of(k)]
+    panels = [(k, lab, keys) for k, lab in panels if (keys := keys_of(k))]
     plotted: dict[str, tuple[list, list[float]]] = {}
     if not panels:
         return plotted
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, (key, label) in zip(axes[0], panels):
-        for k in keys_of(key):
+    for ax, (key, label, keys) in zip(axes[0], panels):
+        for k in keys:
             steps, values = map(list, zip(*[(r["step"], r[k]) for r in rows if k in r]))
             w = min(smooth, len(values))
             line = moving_average(values, w) if w > 1 else values

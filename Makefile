@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.torch_extensions
 
-.PHONY: setup test demo demo-smoke demo-zero demo-suite demo-findings
+.PHONY: setup test demo demo-smoke demo-zero demo-suite demo-findings pretrain
 setup:
 	@bash scripts/setup.sh
 
@@ -16,7 +16,7 @@ demo: setup
 demo-smoke: setup
 	@DEMO_SIZE=smoke DEMO_OUT=runs/demo-smoke bash scripts/demo.sh
 
-# Also R1-Zero (RL from the untrained model, same budget): the paper's BC ablation.
+# Also R1-Zero (RL from the base without BC, same budget): the paper's BC ablation.
 demo-zero: setup
 	@DEMO_ZERO=1 bash scripts/demo.sh
 
@@ -26,6 +26,11 @@ demo-suite: setup
 	@bash scripts/demo_suite.sh
 
 # The paper's other findings in the demo's miniature: test-time scaling, thinking vs plain, R1-CoT, R1-Zero
-# (FINDINGS="tts plain cot zero" picks stages; reuses runs/demo, running make demo first if it is missing).
+# (FINDINGS="tts plain cot zero" picks stages; measured with the untrained tiny model, the demo's earlier
+# configuration, whose run goes to runs/demo-scratch).
 demo-findings: setup
 	@bash scripts/demo_findings.sh
+
+# Rebuild assets/tiny-web-base, the pretrained tiny base the demo starts from (minutes on a GPU, hours on a CPU).
+pretrain: setup
+	@bash scripts/pretrain_base.sh

@@ -5,15 +5,17 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
 
 # 8 MiniWoB++ tasks, the last three multi-step (3+ actions)
 TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-text,click-checkboxes,click-collapsible-2,login-user
-MODEL=tiny:layers=4,hidden=192
+MODEL=tiny:layers=4,hidden=192         # a randomly initialized tiny model (built offline)
+BASE=assets/tiny-web-base               # the same model pretrained on synthetic pages (make pretrain; README)
 
 start=$(date +%s)
 stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
 
-# bc DEMOS OUT STEPS PROMPT: behavior cloning of $MODEL (no browser runs during BC: every core)
+# bc DEMOS OUT STEPS PROMPT [INIT [LR]]: behavior cloning of INIT (default $MODEL at lr 2e-3; no browser runs
+# during BC: every core)
 bc() {
-  $PY train_bc.py --model "$MODEL" --data "$1" --out "$2" --max-steps "$3" --batch-size 16 --micro-batch 16 \
-    --lr 2e-3 --warmup-frac 0.05 --prompt "$4" --torch-threads 0
+  $PY train_bc.py --model "${5:-$MODEL}" --data "$1" --out "$2" --max-steps "$3" --batch-size 16 --micro-batch 16 \
+    --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" --torch-threads 0
 }
 
 # rl INIT OUT STEPS NEW: M-GRPO on $TASKS, $B tasks x G=$G per step

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # `make demo-findings`: the paper's other findings in the miniature of `make demo` (same 8 MiniWoB++ tasks,
-# tiny CPU model, held-out EVAL_SEEDS), each a stage that writes its own eval/results.{md,json}:
+# tiny CPU model, held-out EVAL_SEEDS), each a stage that writes its own eval/results.{md,json}.
+# They were measured before the demo started from the pretrained base, and keep that configuration so that
+# the README's numbers reproduce: the untrained tiny model ($MODEL), 80 demonstrations per task, BC 300 steps
+# at lr 2e-3 (the demo's run with those settings goes to runs/demo-scratch).
 #
 #   tts     test-time scaling (Fig. 5): untrained, BC and BC + M-GRPO of `make demo` at 2, 4, 6, 8, 12 interactions
 #   plain   thinking vs plain format (Table 3): BC on the same demonstrations written without <think>
 #   cot     R1-CoT (Sec. 3.4): BC on long-thought demonstrations (experts.py --thoughts long), then M-GRPO
 #   zero    R1-Zero: M-GRPO from the untrained model with the demo's RL budget
 #
-# It reuses `make demo`'s run (DEMO_OUT, default runs/demo: its demos, BC and RL models) and runs it first when
-# it is missing. FINDINGS="tts plain cot zero" picks stages; FINDINGS_OUT=runs/findings is where they go.
+# It reuses that demo run (DEMO_OUT, default runs/demo-scratch: its demos, BC and RL models) and runs it first
+# when it is missing. FINDINGS="tts plain cot zero" picks stages; FINDINGS_OUT=runs/findings is where they go.
 # Budgets are the demo's (80 demonstrations per task, BC 300 steps, RL 48 steps of 4 x G=4, 20 episodes per task);
 # FINDINGS_SIZE=smoke runs every stage in seconds-long budgets on 2 tasks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # the demo's TASKS, MODEL, stage, bc, rl
-DEMO=${DEMO_OUT:-runs/demo}
+DEMO=${DEMO_OUT:-runs/demo-scratch}
 OUT=${FINDINGS_OUT:-runs/findings}
 STAGES=${FINDINGS:-tts plain cot zero}
 
@@ -27,7 +30,8 @@ mkdir -p "$OUT"
 
 if [ ! -d "$DEMO/rl/hf" ]; then
   stage "make demo first ($DEMO)"
-  DEMO_OUT="$DEMO" bash scripts/demo.sh
+  DEMO_OUT="$DEMO" DEMO_MODEL="$MODEL" DEMO_EPISODES=$EPISODES DEMO_BC_STEPS=$BC_STEPS DEMO_BC_LR=2e-3 \
+    DEMO_EVAL=$EVAL bash scripts/demo.sh
 fi
 
 for s in $STAGES; do

@@ -1,0 +1,220 @@
+"""Pretrain a tiny base model on synthetic web pages (synthweb.py): generic "find what the instruction names
+and act on it" skills that a real base model brings and a randomly initialized tiny model lacks.
+
+    python pretrain.py --model tiny:layers=4,hidden=192,split=words --out runs/base --steps 6000
+
+Rows are rendered exactly as the agent sees a step (compress.build_messages with the short prompt, the
+tokenizer's chat template); the loss is on the response tokens plus ``--dense`` times the other tokens (plain
+next-token prediction on the page, which practises the copying the response needs). Rows are generated on
+the fly in ``--workers`` processes, so no data set is stored. Every ``--probe-every`` steps it prints
+teacher-forced accuracies on held-out synthetic rows (``exact``: every response token right, i.e. what greedy
+decoding would output; ``eid``: the element id) and, with ``--probe-demos``, the same on demonstration steps
+of real tasks (evaluation only: those rows are never trained on).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import time
+
+import torch
+
+import compress
+import policy
+import synthweb
+
+
+def render_row(tok, intent: str, history: list[str], obs: str, response: str, prompt: str = "short"):
+    turns = [compress.Turn(obs="", response=h) for h in history]
+    messages = compress.build_messages(intent, turns, obs, None, prompt=prompt)
+    return compress.render_sample(tok, messages + [{"role": "assistant", "content": response}])
+
+
+class Rows(torch.utils.data.IterableDataset):
+    """An endless stream of rendered synthetic rows; each worker draws from its own seeded RNG."""
+
+    def __init__(self, tok, seed: int, mix: dict[str, float], easy_frac: float = 0.0):
+        self.tok, self.seed, self.mix, self.easy_frac = tok, seed, mix, easy_frac
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        rng = random.Random(self.seed * 1000 + (info.id if info else 0))
+        labels = synthweb.Labels(list(self.tok.get_vocab()))
+        while True:
+            synthweb.EASY = easy = rng.random() < self.easy_frac
+            _, intent, history, obs, resp = synthweb.record(rng, labels, {"click": 1.0} if easy else self.mix)
+            yield render_row(self.tok, intent, history, obs, resp, prompt=None if easy else "short")
+
+
+def collate(rows, pad: int):
+    n = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), n), pad, dtype=torch.long)
+    att = torch.zeros((len(rows), n), dtype=torch.long)
+    mask = torch.zeros((len(rows), n))
+    for k, (i, m) in enumerate(rows):
+        ids[k, :len(i)] = torch.tensor(i)
+        att[k, :len(i)] = 1
+        mask[k, :len(m)] = torch.tensor(m, dtype=torch.float)
+    return ids, att, mask
+
+
+def probe_rows(tok, seed: int, n: int, mix: dict[str, float], easy: bool = False):
+    rng = random.Random(seed)
+    labels = synthweb.Labels(list(tok.get_vocab()))
+    out = []
+    synthweb.EASY = easy
+    for _ in range(n):
+        skill, intent, history, obs, resp = synthweb.record(rng, labels, mix)
+        out.append((skill + ("-easy" if easy else ""),
+                    *render_row(tok, intent, history, obs, resp, prompt=None if easy else "short")))
+    synthweb.EASY = False
+    return out
+
+
+def demo_rows(tok, path: str, n: int):
+    """Demonstration steps of real tasks (experts.py JSONL), rendered as train_bc renders them."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            demo = json.loads(line)
+            turns = []
+            for step in demo["steps"]:
+                messages = compress.build_messages(demo["intent"], turns, step["observation"], step.get("error"),
+                                                   prompt="short")
+                ids, mask = compress.render_sample(tok, messages + [{"role": "assistant",
+                                                                      "content": step["response"]}])
+                out.append((demo["task"].split("/")[-1], ids, mask))
+                turns.append(compress.Turn(obs=step["observation"], response=step["response"],
+                                           error=step.get("error")))
+    random.Random(0).shuffle(out)
+    return out[:n]
+
+
+@torch.no_grad()
+def probe(model, tok, rows, device, batch: int = 64) -> dict[str, dict[str, float]]:
+    """Per group: share of rows whose response tokens are all argmax-right (``exact``), and of element-id
+    digits right (``eid``), teacher-forced."""
+    model.eval()
+    digit = {i for t, i in tok.get_vocab().items() if t.replace("\u0120", "").isdigit()}
+    stats: dict[str, list[int]] = {}
+    for s in range(0, len(rows), batch):
+        chunk = rows[s:s + batch]
+        ids, att, mask = collate([(i, m) for _, i, m in chunk], tok.pad_token_id or 0)
+        ids, att = ids.to(device), att.to(device)
+        pred = model(input_ids=ids, attention_mask=att).logits[:, :-1].argmax(-1).cpu()
+        tgt = ids[:, 1:].cpu()
+        m = mask[:, 1:] > 0
+        for k, (group, _, _) in enumerate(chunk):
+            ok = (pred[k] == tgt[k]) | ~m[k]
+            # the element id: the digit tokens right after the response's last "element" token
+            resp = [j for j in range(len(tgt[k])) if m[k][j]]
+            marks = [j for j in resp if "element" in tok.decode([int(tgt[k][j])])]
+            pos = []
+            if marks:
+                j = marks[-1] + 1
+                while j < len(tgt[k]) and not any(c.isdigit() for c in tok.decode([int(tgt[k][j])])):
+                    j += 1
+                while j < len(tgt[k]) and int(tgt[k][j]) in digit:
+                    pos.append(j)
+                    j += 1
+            eid_ok = all(bool(ok[j]) for j in pos)
+            st = stats.setdefault(group, [0, 0, 0])
+            st[0] += bool(ok.all())
+            st[1] += eid_ok
+            st[2] += 1
+    model.train()
+    return {g: {"exact": round(a / n, 3), "eid": round(b / n, 3), "n": n} for g, (a, b, n) in sorted(stats.items())}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="tiny:layers=4,hidden=192,split=words", help="tiny spec or checkpoint dir")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--time-budget", type=float, default=0, help="stop after this many seconds (0: no limit)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--dense", type=float, default=0.25, help="loss weight of the non-response tokens")
+    ap.add_argument("--mix", default="click=0.6,type=0.2,select=0.2")
+    ap.add_argument("--easy-frac", type=float, default=0.0,
+                    help="share of easy rows: short click pages without system prompt (a curriculum's start)")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--probe-every", type=int, default=500)
+    ap.add_argument("--probe-n", type=int, default=256)
+    ap.add_argument("--probe-demos", default=None, help="experts.py JSONL to probe on (never trained on)")
+    ap.add_argument("--save-every", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args(argv)
+    mix = {k: float(v) for k, v in (item.split("=") for item in args.mix.split(","))}
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    model, tok = policy.load(args.model, device=device, dtype=torch.float32)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "args.json"), "w") as f:
+        json.dump(vars(args), f, indent=1)
+    probes = probe_rows(tok, 10_000 + args.seed, args.probe_n, mix) + probe_rows(
+        tok, 20_000 + args.seed, args.probe_n, {"click": 1.0}, easy=True)
+    if args.probe_demos:
+        probes += demo_rows(tok, args.probe_demos, args.probe_n * 2)
+    loader = torch.utils.data.DataLoader(Rows(tok, args.seed, mix, args.easy_frac), batch_size=args.batch,
+                                         num_workers=args.workers, prefetch_factor=8 if args.workers else None,
+                                         collate_fn=lambda rows: collate(rows, tok.pad_token_id or 0))
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    log = open(os.path.join(args.out, "metrics.jsonl"), "a")
+    t0, step = time.time(), 0
+
+    def save(path):  # written beside, then renamed: a crash never leaves a half-written model
+        tmp = path + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if os.path.isdir(path):
+            os.rename(path, path + ".old")
+        os.rename(tmp, path)
+        if os.path.isdir(path + ".old"):
+            shutil.rmtree(path + ".old")
+
+    for ids, att, mask in loader:
+        step += 1
+        frac = min(1.0, (time.time() - t0) / args.time_budget) if args.time_budget else step / args.steps
+        lr = args.lr * min(1.0, step / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ids, att, mask = ids.to(device), att.to(device), mask.to(device)
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
+        tgt = ids[:, 1:]
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tgt.reshape(-1),
+                                                reduction="none").view(tgt.shape)
+        resp = mask[:, 1:] * att[:, 1:]
+        w = resp + args.dense * (att[:, 1:] - resp)
+        loss = (nll * w).sum() / w.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        done = step >= args.steps or (args.time_budget and time.time() - t0 >= args.time_budget)
+        if step % args.probe_every == 0 or step == 1 or done:
+            rec = {"step": step, "s": round(time.time() - t0), "loss": round(loss.item(), 4), "lr": round(lr, 6),
+                   "probe": probe(model, tok, probes, device)}
+            print(json.dumps(rec), flush=True)
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if step % args.save_every == 0 or done:
+            save(os.path.join(args.out, "hf"))
+        if done:
+            break
+    print("saved", os.path.join(args.out, "hf"), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -45,8 +45,8 @@ class Rows(torch.utils.data.IterableDataset):
         rng = random.Random(self.seed * 1000 + (info.id if info else 0))
         labels = synthweb.Labels(list(self.tok.get_vocab()))
         while True:
-            synthweb.EASY = easy = rng.random() < self.easy_frac
-            _, intent, history, obs, resp = synthweb.record(rng, labels, {"click": 1.0} if easy else self.mix)
+            easy = rng.random() < self.easy_frac
+            _, intent, history, obs, resp = synthweb.record(rng, labels, self.mix, easy=easy)
             yield render_row(self.tok, intent, history, obs, resp, prompt=None if easy else "short")
 
 
@@ -66,12 +66,10 @@ def probe_rows(tok, seed: int, n: int, mix: dict[str, float], easy: bool = False
     rng = random.Random(seed)
     labels = synthweb.Labels(list(tok.get_vocab()))
     out = []
-    synthweb.EASY = easy
     for _ in range(n):
-        skill, intent, history, obs, resp = synthweb.record(rng, labels, mix)
+        skill, intent, history, obs, resp = synthweb.record(rng, labels, mix, easy=easy)
         out.append((skill + ("-easy" if easy else ""),
                     *render_row(tok, intent, history, obs, resp, prompt=None if easy else "short")))
-    synthweb.EASY = False
     return out
 
 

@@ -3,7 +3,7 @@ observation format: find the element an instruction names and act on it.
 
 A real base model arrives knowing how to read an instruction and find the thing it names on a page; the tiny
 models of the CPU demo arrive knowing nothing, and behavior cloning on a few dozen demonstrations per task
-teaches them position guesses instead (README: "Why RL could not beat BC"). ``pretrain.py`` trains a tiny
+teaches them position guesses instead (README: "The tiny web base"). ``pretrain.py`` trains a tiny
 model on these pages first. Nothing here comes from the demo suite: no MiniWoB++ page, template or word list;
 instructions, element kinds and labels are this file's own, labels are random words, random strings or random
 pieces of the tokenizer's vocabulary (so that copying must work for any token sequence).
@@ -88,11 +88,9 @@ def filler(rng: random.Random, labels: Labels) -> str:
                     for _ in range(rng.randint(2, 9)))
 
 
-EASY = False  # set by easy(): short pages (2-4 elements, no data-bbox, no filler) to start a curriculum
-
-
-def element(rng: random.Random, i: int, text: str, style: str, status: str | None = None) -> str:
-    b = "" if EASY else f' data-bbox="{bbox(rng)}"'
+def element(rng: random.Random, i: int, text: str, style: str, status: str | None = None,
+            with_bbox: bool = True) -> str:
+    b = f' data-bbox="{bbox(rng)}"' if with_bbox else ""
     if style in ("checkbox", "radio"):
         st = f' data-status="{status or "not-checked"}"'
         return f'<label> <input id="{i}" type="{style}"{st}{b}> {text} </label>'
@@ -114,19 +112,20 @@ def _distinct(rng: random.Random, labels: Labels, n: int, near: float) -> list[s
     return out
 
 
-def _page(rng: random.Random, intent: str, body: list[str], labels: Labels) -> str:
+def _page(rng: random.Random, intent: str, body: list[str], labels: Labels, filler_text: bool = True) -> str:
     parts = [f"<div> {intent} </div>"]
     for p in body:
-        if not EASY and rng.random() < 0.3:
+        if filler_text and rng.random() < 0.3:
             parts.append(f"<div> {filler(rng, labels)} </div>")
         parts.append(p)
-    if not EASY and rng.random() < 0.3:
+    if filler_text and rng.random() < 0.3:
         parts.append(f"<p> {filler(rng, labels)} </p>")
     return "<html> " + " ".join(parts) + " </html>"
 
 
-def click_record(rng: random.Random, labels: Labels) -> tuple[str, list[str], str, str]:
-    n = rng.randint(2, 4 if EASY else 8)
+def click_record(rng: random.Random, labels: Labels, easy: bool = False) -> tuple[str, list[str], str, str]:
+    """``easy``: 2-4 elements, no data-bbox, no filler (the first stage of the pretraining curriculum)."""
+    n = rng.randint(2, 4 if easy else 8)
     texts = _distinct(rng, labels, n, near=0.25)
     rng.shuffle(texts)
     t = rng.randrange(n)
@@ -136,14 +135,14 @@ def click_record(rng: random.Random, labels: Labels) -> tuple[str, list[str], st
     body, i = [], 0
     ids = []
     for x in texts:
-        if not EASY and rng.random() < 0.15:  # a non-target interactive element without a label of its own
+        if not easy and rng.random() < 0.15:  # a non-target interactive element without a label of its own
             body.append(f'<input id="{i}" type="text" value=""{" data-bbox=" + chr(34) + bbox(rng) + chr(34)}>')
             i += 1
         s = style if rng.random() < 0.8 else rng.choice(CLICK_STYLES)
-        body.append(element(rng, i, x, s))
+        body.append(element(rng, i, x, s, with_bbox=not easy))
         ids.append(i)
         i += 1
-    obs = _page(rng, intent, body, labels)
+    obs = _page(rng, intent, body, labels, filler_text=not easy)
     th = f"the '{texts[t]}' {kind}" if rng.random() < 0.5 else f"the {kind} '{texts[t]}'"
     resp = f'<think> # Element: {th} </think> <answer> do(action="Click", element="{ids[t]}") </answer>'
     return intent, [], obs, resp
@@ -204,9 +203,12 @@ SKILLS = {"click": click_record, "type": type_record, "select": select_record}
 MIX = {"click": 0.6, "type": 0.2, "select": 0.2}
 
 
-def record(rng: random.Random, labels: Labels, mix: dict[str, float] = MIX):
-    """One (skill, intent, history responses, observation, response) drawn by ``mix``."""
+def record(rng: random.Random, labels: Labels, mix: dict[str, float] = MIX, easy: bool = False):
+    """One (skill, intent, history responses, observation, response) drawn by ``mix``; ``easy``: an easy click
+    page whatever ``mix`` says."""
     r, acc = rng.random(), 0.0
+    if easy:
+        return ("click", *click_record(rng, labels, easy=True))
     for name, p in mix.items():
         acc += p
         if r < acc:

@@ -3,7 +3,7 @@
 # model on the CPU): expert demonstrations -> behavior cloning of the pretrained tiny base -> M-GRPO from the
 # BC checkpoint -> evaluation of the base, BC and RL models on held-out seeds, then one success-rate table.
 #
-#   DEMO_SIZE=smoke|default|long   (default: default, about 30 minutes on a 2-core CPU box)
+#   DEMO_SIZE=smoke|default|long   (default: default, about 22 minutes on a 2-core CPU box)
 #   DEMO_ZERO=1                    also run R1-Zero (M-GRPO from the base, no BC, same budget)
 #   DEMO_OUT=runs/demo             where everything goes
 #   DEMO_MODEL=$BASE               the model BC starts from: assets/tiny-web-base (pretrained on synthetic

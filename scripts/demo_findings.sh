@@ -12,7 +12,7 @@
 #
 # It reuses that demo run (DEMO_OUT, default runs/demo-scratch: its demos, BC and RL models) and runs it first
 # when it is missing. FINDINGS="tts plain cot zero" picks stages; FINDINGS_OUT=runs/findings is where they go.
-# Budgets are the demo's (80 demonstrations per task, BC 300 steps, RL 48 steps of 4 x G=4, 20 episodes per task);
+# Budgets are that configuration's (80 demonstrations per task, BC 300 steps, RL 48 steps of 4 x G=4, 20 episodes per task);
 # FINDINGS_SIZE=smoke runs every stage in seconds-long budgets on 2 tasks.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -52,11 +52,7 @@ def test_type_and_select_records_follow_the_page():
 
 def test_easy_pages_are_short_and_plain():
     rng, labels = random.Random(2), _labels()
-    synthweb.EASY = True
-    try:
-        obs = [synthweb.click_record(rng, labels)[2] for _ in range(50)]
-    finally:
-        synthweb.EASY = False
+    obs = [synthweb.record(rng, labels, easy=True)[3] for _ in range(50)]
     assert all("data-bbox" not in o and len(ELEM.findall(o)) <= 4 for o in obs)
 
 

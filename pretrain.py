@@ -1,7 +1,8 @@
 """Pretrain a tiny base model on synthetic web pages (synthweb.py): generic "find what the instruction names
 and act on it" skills that a real base model brings and a randomly initialized tiny model lacks.
 
-    python pretrain.py --model tiny:layers=4,hidden=192,split=words --out runs/base --steps 6000
+    python pretrain.py --model tiny:layers=4,hidden=192 --out runs/base --easy-frac 1 --steps 5087 --batch 256
+    (scripts/pretrain_base.sh runs both stages of the committed base)
 
 Rows are rendered exactly as the agent sees a step (compress.build_messages with the short prompt, the
 tokenizer's chat template); the loss is on the response tokens plus ``--dense`` times the other tokens (plain
@@ -26,6 +27,7 @@ import torch
 import compress
 import policy
 import synthweb
+import trainlib
 
 
 def render_row(tok, intent: str, history: list[str], obs: str, response: str, prompt: str = "short"):
@@ -51,15 +53,8 @@ class Rows(torch.utils.data.IterableDataset):
 
 
 def collate(rows, pad: int):
-    n = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), n), pad, dtype=torch.long)
-    att = torch.zeros((len(rows), n), dtype=torch.long)
-    mask = torch.zeros((len(rows), n))
-    for k, (i, m) in enumerate(rows):
-        ids[k, :len(i)] = torch.tensor(i)
-        att[k, :len(i)] = 1
-        mask[k, :len(m)] = torch.tensor(m, dtype=torch.float)
-    return ids, att, mask
+    """(ids, mask) rows -> input_ids, attention_mask, loss_mask."""
+    return trainlib.pad_batch([ids for ids, _ in rows], [mask for _, mask in rows], pad)
 
 
 def probe_rows(tok, seed: int, n: int, mix: dict[str, float], easy: bool = False):

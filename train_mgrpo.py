@@ -439,7 +439,9 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
     groups_per_rank = args.tasks_per_step // world
     out = Path(args.out)
     if args.backend == "vllm" and step:   # resumed: the engine starts from the checkpoint's weights
-        await policy.push_weights_to_vllm(backend, engine.module)
+        pushed = await policy.push_weights_to_vllm(backend, engine.module)
+        log.info("resumed: pushed step_%d's weights into the vLLM engine (%d tensors, %.1f MB)", step,
+                 pushed["params"], pushed["bytes"] / 1e6)
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     stopped: str | None = None
@@ -480,7 +482,9 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 step += 1
                 if args.backend == "vllm" and learn:
                     # ---- sync weights ----
+                    t2 = time.time()
                     await policy.push_weights_to_vllm(backend, engine.module)
+                    train_stats["sync/push_seconds"] = time.time() - t2
                     train_stats["sync/max_logprob_diff"] = await probe_sync(backend, engine.module, trajs, args)
 
                 # ---- log ----

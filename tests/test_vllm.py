@@ -11,7 +11,6 @@ these tests then fail rather than skip when vLLM is missing. Elsewhere they skip
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -26,12 +25,7 @@ import torch
 
 import policy
 
-if os.environ.get("WEBAGENT_REQUIRE_VLLM") == "1":
-    import vllm  # noqa: F401  (make test: a missing vLLM is a failure, not a skip)
-else:
-    pytest.importorskip("vllm")
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("vllm_required")]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: head_dim 64 (hidden / heads), which every vLLM attention backend supports
 SPEC = "tiny:layers=2,hidden=128,heads=2,kv_heads=1,intermediate=256"
@@ -51,11 +45,19 @@ def _maxdiff(a, b) -> float:
     return max(abs(x - y) for x, y in zip(a, b))
 
 
-def _served(tmp_path_factory, spec: str):
+def _served(tmp_path_factory, spec: str, *, store_head: bool = False):
+    """A checkpoint of ``spec`` for the engine. ``store_head``: the tied lm_head is stored too, as the project's
+    DeepSpeed checkpoints store it; vLLM then reads the model as untied (hf_config.tie_word_embeddings False)
+    while still sharing one tensor, which once left the CPU lm_head's packed copy stale after a push."""
+    from safetensors.torch import load_file, save_file
     model, tok = policy.load(spec, device="cpu")
     path = tmp_path_factory.mktemp("served")
     model.save_pretrained(path)
     tok.save_pretrained(path)
+    if store_head:
+        tensors = load_file(path / "model.safetensors")
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
     return str(path), model, tok
 
 
@@ -79,7 +81,7 @@ def _stepped(model, tok):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    return _served(tmp_path_factory, SPEC)
+    return _served(tmp_path_factory, SPEC, store_head=True)
 
 
 @pytest.fixture(scope="module")

@@ -152,6 +152,8 @@ def compare_vllm(args: Args, model, tok) -> None:
             vl = policy.VLLMBackend(path, tokenizer=tok, max_new_tokens=args.new_tokens, temperature=0.0,
                                     stop_ids=[], max_model_len=max(2048, args.prompt_tokens * 2))
             start = time.perf_counter() - t0
+            plain = vl.sampling_params                # no stop at all: vLLM would still stop at eos
+            vl.sampling_params = lambda **kw: plain(**kw, ignore_eos=True)
             await run(vl, True)                       # warm-up both
             await run(hf, False)
             hf_t, vl_t = [], []
@@ -160,6 +162,7 @@ def compare_vllm(args: Args, model, tok) -> None:
                 hf_t.append(t)
                 t, vl_out = await run(vl, True)
                 vl_t.append(t)
+            assert all(len(g.ids) == args.new_tokens for g in hf_out + vl_out)
             same = sum(a.ids == b.ids for a, b in zip(hf_out, vl_out)) / len(prompts)
             pushes = []
             for _ in range(args.reps):

@@ -183,7 +183,7 @@ async def main(args: Args) -> None:
     # ---- one M-GRPO update on the async samples: the rollout / train split ----
     trainlib.init_distributed()
     cfg = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
-    engine = trainlib.make_engine(model, cfg, lr=1e-6, weight_decay=0.0, schedule=trainlib.constant)
+    engine = trainlib.make_engine(model, cfg, lr=1e-6, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
     trajs: list[Trajectory] = a[0]
     samples = [s for t in trajs for s in t.samples]
     batch = train_mgrpo.Batch(samples, adv=[1.0 if t.reward > 0 else -1.0 for t in trajs for _ in t.samples],

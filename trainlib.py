@@ -123,24 +123,43 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed() -> tuple[int, int, int]:
+def uses_cuda() -> bool:
+    """Whether the models go to CUDA: ``WEBAGENT_DEVICE`` (``policy.decide_device``'s override) or availability."""
+    choice = os.environ.get("WEBAGENT_DEVICE")
+    return choice.startswith("cuda") if choice else torch.cuda.is_available()
+
+
+def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int, int]:
     """Initialise torch.distributed through DeepSpeed; returns (rank, local_rank, world_size).
 
     Under the ``deepspeed`` launcher the variables are already set; a plain ``python`` run gets a
-    one-process group. Backend: nccl with CUDA, gloo on CPU.
+    one-process group. Backend: nccl when the models go to CUDA, gloo otherwise (``WEBAGENT_DEVICE=cpu`` on a
+    GPU machine included: NCCL has no CPU tensors). ``timeout_s``: how long a collective waits for the slowest
+    rank (DeepSpeed's default is 10 minutes, shorter than one rollout phase can be).
     """
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
     os.environ.setdefault("LOCAL_RANK", "0")
+    import datetime
+
     import deepspeed
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        deepspeed.init_distributed(dist_backend="nccl" if uses_cuda() else "gloo",
+                                   timeout=datetime.timedelta(seconds=timeout_s))
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
+    if uses_cuda():
         torch.cuda.set_device(local_rank)
     return rank, local_rank, world
+
+
+def collective_device() -> torch.device:
+    """Where a collective's tensors must live for the default process group's backend: this rank's GPU under
+    NCCL (which has no CPU path), the CPU otherwise (gloo)."""
+    if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def ds_config(path: str, *, micro_batch: int, grad_accum: int, world_size: int, bf16: bool,

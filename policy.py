@@ -800,6 +800,15 @@ def _start_vllm(model_path: str, *, dtype: str | None, kv_cache_memory_bytes: in
 
 # ---- sync weights ----
 
+class _ExpectedUnloaded(logging.Filter):
+    """Drops vLLM's "<layer>: Failed to load weights" for the layers a push has no tensors for by design: rotary
+    embeddings (no checkpoint weights) and a tied lm_head (it shares the embedding; re-packed on the CPU)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).endswith("Failed to load weights") and record.args
+                    and record.args[0] in ("RotaryEmbedding", "ParallelLMHead"))
+
+
 class VLLMWorkerExtension:
     """Mixed into vLLM's worker (``AsyncEngineArgs(worker_extension_cls="policy.VLLMWorkerExtension")``) so the
     trainer can load its weights in place. A push is one session of three calls, as vLLM's own weight-transfer
@@ -815,6 +824,9 @@ class VLLMWorkerExtension:
     def webagent_begin_push(self) -> None:
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+        quiet = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        if not any(isinstance(f, _ExpectedUnloaded) for f in quiet.filters):
+            quiet.addFilter(_ExpectedUnloaded())
         with set_current_vllm_config(self.vllm_config):
             initialize_layerwise_reload(self._webagent_model())
         self._webagent_loaded: set[str] = set()

@@ -514,7 +514,10 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                     stats.update({f"p_task/{t.task_id}": sampler.p.get(t.task_id, 0.5) for t in sampler.tasks})
                 stats.update(train_stats)
                 stats.update(task_counts(trajs, sampler.tasks))
+                sync_max = stats.pop("sync/max_logprob_diff", None)   # present on every rank or none (learn agreed)
                 stats = task_success(_all_reduce_mean(stats))
+                if sync_max is not None:                               # the worst rank's engine, not the average
+                    stats["sync/max_logprob_diff"] = _all_reduce_fmax(sync_max)
                 metrics.log(step, stats)
                 if rank == 0:
                     best = max(trajs, key=lambda t: (t.reward, -len(t.steps)))
@@ -668,6 +671,10 @@ def _all_reduce_sum(x: int) -> int:
 
 def _all_reduce_max(x: int) -> int:
     return int(_all_reduce(torch.tensor([x], dtype=torch.long), torch.distributed.ReduceOp.MAX).item())
+
+
+def _all_reduce_fmax(x: float) -> float:
+    return float(_all_reduce(torch.tensor([x], dtype=torch.float64), torch.distributed.ReduceOp.MAX).item())
 
 
 def _all_reduce_mean(stats: dict[str, float]) -> dict[str, float]:

@@ -176,11 +176,11 @@ async def solve_search_engine(e, obs):
 
 
 async def solve_click_collapsible(e, obs):
-    r = await click(e, "#area h3")
+    await click(e, "#area h3")
     for _ in range(5):                             # the section slides open: Wait until Submit is visible
         if await label(e, "#subbtn") is not None:
             break
-        r = await e.step('do(action="Wait")')
+        await e.step('do(action="Wait")')
     return await click(e, "#subbtn")
 
 

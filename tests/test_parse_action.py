@@ -230,6 +230,10 @@ def test_non_text_input():
 @pytest.mark.parametrize("text", [
     'do(action="Click", element="' + "9" * 5000 + '")',           # past Python's int() digit limit
     'do(action="Click", element=' + "9" * 5000 + ")",
+    'do(action="Switch Tab", argument="' + "9" * 5000 + '")',     # every number goes through one conversion
+    'do(action="Switch Tab", argument=' + "9" * 5000 + ")",
+    'do(action="Switch Tab", argument=-' + "9" * 5000 + ")",
+    'do(action="Switch Tab", argument="١")',                  # a non-ASCII digit (Arabic-Indic one)
     "\n" * 1_000_000, "<think>" * 150_000, "do(" * 330_000, "a(" * 500_000, "#\n" * 500_000,
     "<answer>" * 125_000, 'do(action="Type", element="1", argument="' + "x\\" * 400_000,
 ])

@@ -12,7 +12,9 @@ One site, one trainer stand-in and one env are shared by the module (the session
 import asyncio
 import http.server
 import json
+import pathlib
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -28,8 +30,8 @@ class Trainer:
     """A listening socket that records every connection it accepts (and answers like an HTTP server with
     permissive CORS, so a leak would reach the page)."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.port = self.sock.getsockname()[1]
         self.connections: list[bytes] = []
         threading.Thread(target=self._serve, daemon=True).start()
@@ -371,3 +373,171 @@ def test_blocked_names_are_never_resolved(run, tmp_path, servers):
     tcp = [p for t, p in events if t.startswith("TCP_CONNECT")]
     assert tcp, "the net log records TCP connections (to the sandbox proxy)"
     assert [p for p in tcp if f":{trainer.port}" in p] == []
+
+
+# A service worker that answers every request of its scope with this text (if one ever got registered, the
+# next episode's page on the origin would read it instead of the site's).
+HIJACK = "HIJACKED-BY-A-WORKER"
+SW_JS = ("self.addEventListener('install', e => self.skipWaiting()); "
+         "self.addEventListener('activate', e => e.waitUntil(self.clients.claim())); "
+         f"self.addEventListener('fetch', e => e.respondWith(new Response('<p>{HIJACK}</p>', "
+         "{headers: {'Content-Type': 'text/html'}})));")
+SW_URL = "/worker.js?" + urllib.parse.urlencode({"js": SW_JS})
+# Ways a page can reach ServiceWorkerContainer.register: the plain call, the prototype's method after trying to
+# restore it, a fresh same-origin iframe's copy, an srcdoc iframe's own script, a popup's copy.
+SW_REGISTER = {
+    "plain": "navigator.serviceWorker.register(u, {scope: '/'})",
+    "prototype": ("(delete ServiceWorkerContainer.prototype.register, "
+                  "ServiceWorkerContainer.prototype.register.call(navigator.serviceWorker, u, {scope: '/'}))"),
+    "iframe": ("(() => { const f = document.createElement('iframe'); document.body.appendChild(f); "
+               "return f.contentWindow.navigator.serviceWorker.register(u, {scope: '/'}); })()"),
+    "srcdoc": ("new Promise((res, rej) => { const f = document.createElement('iframe'); "
+               "f.srcdoc = '<script>parent.__p = navigator.serviceWorker.register(' + JSON.stringify(u) + ')<' + "
+               "'/script>'; f.onload = () => parent.__p.then(res, rej); document.body.appendChild(f); })"),
+    "popup": ("new Promise((res, rej) => { const w = window.open('about:blank'); if (!w) return rej('no popup'); "
+              "w.navigator.serviceWorker.register(u, {scope: '/'}).then(res, rej); })"),
+}
+
+
+@pytest.mark.parametrize("how", list(SW_REGISTER))
+def test_service_worker_registration_is_refused(run, wenv, servers, how):
+    """A hostile page registering a service worker (which would answer every later request of its origin)
+    gets a rejected promise, whichever way it reaches ``register`` (Playwright's own block resolves it to
+    undefined, which reads as success); no worker starts and no registration exists."""
+    site, _ = servers
+    js = (f"const u = {json.dumps(SW_URL)}; "
+          f"Promise.resolve().then(() => {SW_REGISTER[how]})"
+          ".then(r => { window.__sw = 'resolved: ' + r; }, e => { window.__sw = 'refused: ' + (e.name || e); })"
+          ".then(() => setTimeout(done, 300))")
+
+    async def go():
+        res = await attempt(wenv, site, js)
+        regs = await wenv.page.evaluate("navigator.serviceWorker.getRegistrations().then(r => r.length)")
+        return await wenv.page.evaluate("window.__sw"), regs, res.info.get("blocked_kinds", {})
+    outcome, regs, kinds = run(go(), timeout=60)
+    assert outcome == "refused: SecurityError", outcome
+    assert regs == 0 and "service_worker" not in kinds
+
+
+class ReusingSite(env.TaskFamily):
+    """A family on the test site's secure origin (127.0.0.1) whose contexts are reused between episodes, as
+    MiniWoB's are (MiniWoB's own origin is not a secure context, so it has no service worker API)."""
+    name = "sandbox-reuse"
+    reuse_context = True
+
+
+def test_a_service_worker_that_starts_anyway_ends_with_its_context(run, wenv, servers):
+    """The second layer: a worker registered from outside the page's JavaScript (a CDP isolated world, which
+    the page-level refusal does not reach) is seen starting, counted as blocked, and its context is not reused,
+    so the next episode of a family that reuses contexts is served by the site, with no registration left."""
+    site, _ = servers
+    env.register_family(ReusingSite())
+    first = env.Task("sandbox/sw1", "sandbox", "probe", f"{site}/first", family="sandbox-reuse")
+    second = env.Task("sandbox/sw2", "sandbox", "probe", f"{site}/second", family="sandbox-reuse")
+
+    async def go():
+        await wenv.reset(first)
+        await wenv.reset(first)
+        reused = wenv.context                           # the family's contexts are reused ...
+        cdp = await reused.new_cdp_session(wenv.page)
+        frame = (await cdp.send("Page.getFrameTree"))["frameTree"]["frame"]["id"]
+        world = await cdp.send("Page.createIsolatedWorld", {"frameId": frame, "worldName": "outside"})
+        got = await cdp.send("Runtime.evaluate", {
+            "expression": f"navigator.serviceWorker.register({json.dumps(SW_URL)}, {{scope: '/'}})"
+                          ".then(() => 'registered')",
+            "contextId": world["executionContextId"], "awaitPromise": True})
+        for _ in range(100):
+            if wenv.blocked_kinds.get("service_worker"):
+                break
+            await asyncio.sleep(0.05)
+        kinds = dict(wenv.blocked_kinds)
+        obs = await wenv.reset(second)
+        regs = await wenv.page.evaluate("navigator.serviceWorker.getRegistrations().then(r => r.length)")
+        return got["result"].get("value"), kinds, wenv.context is reused, obs.text, regs
+    try:
+        registered, kinds, same_context, text, regs = run(go(), timeout=60)
+    finally:
+        env._FAMILIES.pop("sandbox-reuse", None)
+    assert registered == "registered"
+    assert kinds.get("service_worker") == 1, kinds
+    assert not same_context and regs == 0
+    assert HIJACK not in text and "page /second" in text
+
+
+class V6Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def serve(server: http.server.HTTPServer) -> http.server.HTTPServer:
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_https_and_ipv6_origins_through_the_proxy(run, servers):
+    """Allowed traffic works and nothing else gets out when the task's site is HTTPS (a self-signed
+    certificate, TLS tunnelled untouched through the SOCKS proxy) or an IPv6 literal ([::1]), with a trainer
+    stand-in on 127.0.0.1 and another on [::1]: the page's fetches, redirect hops, WebSockets and the agent's
+    own navigation to the other ports, under every spelling of the addresses, reach neither trainer."""
+    _, trainer = servers
+    before = len(trainer.connections)
+    trainer6 = Trainer("::1")
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(str(pathlib.Path(__file__).parent / "selfsigned-localhost.pem"))
+    https = serve(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site))
+    https.socket = tls.wrap_socket(https.socket, server_side=True)
+    v6 = serve(V6Server(("::1", 0), Site))
+    sites = {"https": f"https://127.0.0.1:{https.server_address[1]}", "ipv6": f"http://[::1]:{v6.server_address[1]}"}
+    t4, t6 = trainer.port, trainer6.port
+    outside = [f"http://127.0.0.1:{t4}/a", f"https://127.0.0.1:{t4}/a", f"http://[::1]:{t6}/a",
+               f"https://[::1]:{t6}/a", f"http://[0:0:0:0:0:0:0:1]:{t6}/a", f"http://[::ffff:127.0.0.1]:{t4}/a",
+               f"http://[::ffff:7f00:1]:{t4}/a", f"http://localhost:{t4}/a", f"http://[::1]:{t4}/a"]
+    hostile = " ".join(
+        [f"fetch({json.dumps(u)}).catch(() => 0)," for u in outside]
+        + [f"fetch({json.dumps(redirect_to(u))}).catch(() => 0)," for u in outside]
+        + [f"new Promise(r => {{ const w = new WebSocket({json.dumps(u.replace('http', 'ws', 1))}); "
+           "w.onerror = w.onclose = r; setTimeout(r, 1000); }),"
+           for u in outside[:3]])
+    # the allowed part: a redirect within the origin, a cookie set on a hop, a POST body through a 307
+    allowed = (f"fetch({json.dumps(redirect_to(redirect_to('/landed')))}).then(r => r.text()), "
+               "fetch('/redirect?to=%2Fcookie&cookie=hop%3D1').then(r => r.text()), "
+               f"fetch({json.dumps(redirect_to('/posted', 307))}, {{method: 'POST', body: 'abc'}}).then(r => r.status)")
+    js = (f"Promise.all([{allowed}]).then(v => {{ window.__v = v; }}, e => {{ window.__v = String(e); }})"
+          f".then(() => Promise.all([{hostile}])).then(done)")
+
+    async def go(pool):
+        e = await pool.new_env(wait_s=0.3)
+        got = {}
+        for kind, site in sites.items():
+            res = await attempt(e, site, js)
+            value = await e.page.evaluate("window.__v")
+            n = 0
+            for u in outside[:3]:                          # the agent clicks links to the trainers itself
+                await e.reset(env.Task(f"sandbox/{kind}", "sandbox", "probe", page_url(site, body=f"<a id=l href='{u}'>go</a>")))
+                n = await e.page.get_attribute("#l", "data-webagent-id")
+                await e.step(f'do(action="Click", element="{n}")')
+            got[kind] = (res.obs.url, value, res.info.get("blocked_requests", 0), e.page.url)
+        await e.close()
+        return got
+
+    async def with_pool():
+        pool = env.BrowserPool(args=("--ignore-certificate-errors",))   # the site's certificate is self-signed
+        await pool.start()
+        try:
+            return await go(pool)
+        finally:
+            await pool.close()
+    try:
+        got = run(with_pool(), timeout=180)
+    finally:
+        for server in (https, v6):
+            server.shutdown()
+            server.server_close()
+        trainer6.sock.close()
+    time.sleep(0.1)
+    assert trainer.connections[before:] == [] and trainer6.connections == []
+    for kind, (url, value, blocked, last_url) in got.items():
+        assert url.startswith(sites[kind]), (kind, url)
+        assert value == ["<html><body>page /landed</body></html>", "hop=1", 200], (kind, value)
+        assert blocked >= len(outside), (kind, blocked)
+        assert not any(last_url.startswith(u.rsplit("/", 1)[0]) for u in outside), (kind, last_url)

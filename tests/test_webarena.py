@@ -1019,6 +1019,44 @@ def test_webarena_login_accounts_and_failures(site, tmp_path, pool, run, monkeyp
         run(env.webarena_login(["gitlab"], str(tmp_path), pool=pool))
 
 
+def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_path, pool, run, monkeypatch):
+    """A storage state whose sessions the site no longer accepts (here: the site was reset after the login,
+    as WebArena's sites are between runs) fails the reset with the renewing command, as a missing file does,
+    instead of scoring 0. The check (a signed-in-only page per site, as auto_login's is_expired, with the
+    account the file signed in as) runs once per file per process, again when the file is rewritten."""
+    all_sites(site, monkeypatch)
+    monkeypatch.setattr(env, "_LOGIN_CHECKS", {})
+    auth = tmp_path / "auth"
+    bob = {"reddit": {"username": "bob", "password": "builder"}}
+    run(env.webarena_login(["reddit", "gitlab"], str(auth), pool=pool, accounts=bob))
+    state = str(auth / "gitlab.reddit_state.json")
+    tasks = load(tmp_path, [config(task_id=i, sites=["gitlab", "reddit"], require_login=True, storage_state=state,
+                                   start_url="__REDDIT__/user/bob/account") for i in range(2)])
+    calls = []
+    real = env._signed_in
+    monkeypatch.setattr(env, "_signed_in", lambda page, s, account: calls.append((s, account["username"])) or
+                        real(page, s, account))
+
+    async def reset(task):
+        e = await pool.new_env()
+        try:
+            return (await e.reset(task)).text
+        finally:
+            await e.close()
+    assert "Delete" in run(reset(tasks[0])) and "Delete" in run(reset(tasks[1]))
+    assert calls == [("gitlab", "byteblaze"), ("reddit", "bob")]          # once for the file, bob's account
+    site.reset()                                                            # every session is dropped
+    monkeypatch.setattr(env, "_LOGIN_CHECKS", {})                           # a new run
+    with pytest.raises(ValueError, match=re.escape(
+            f"task 0 (gitlab+reddit): storage_state {state}: the login no longer holds (gitlab: ") + ".*" + re.escape(
+            f"renew it with python env.py login --sites gitlab,reddit --out {auth}")):
+        run(reset(tasks[0]))
+    run(env.webarena_login(["reddit", "gitlab"], str(auth), pool=pool, accounts=bob))
+    calls.clear()
+    assert "Delete" in run(reset(tasks[0]))                                # renewed: checked again, and holds
+    assert calls == [("gitlab", "byteblaze"), ("reddit", "bob")]
+
+
 def test_login_cli(site, tmp_path, monkeypatch):
     all_sites(site, monkeypatch)
     proc = subprocess.run([sys.executable, str(Path(env.__file__)), "login", "--sites", "reddit,gitlab", "--out",

@@ -221,10 +221,11 @@ async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
 # ---- log-probs of a batch of samples ----
 
 def forward_logprobs(model, samples: list[Sample], pad_id: int, device) -> tuple[torch.Tensor, ...]:
-    """Per-token log-probs and entropies under ``model`` for right-padded samples: [N, L] each, + mask [N, L]."""
+    """Log-probs and entropies of the action tokens under ``model`` for right-padded samples: [N, L] each (0
+    off the mask), + mask [N, L]."""
     ids, attn, mask = trainlib.pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-    logp, ent = trainlib.token_logprobs(model, ids, attn)
+    logp, ent = trainlib.action_logprobs(model, ids, attn, mask)
     return logp, ent, mask
 
 
@@ -607,8 +608,9 @@ async def probe_sync(backend, model, trajs: list[Trajectory], args: Args) -> flo
     if 1 not in probe.mask:   # no samples, or the action starts past max_model_len: nothing to compare
         return 0.0
     start = probe.mask.index(1)
-    trainer = logp[0, start:len(probe.ids)].float().cpu()
-    engine_lp = torch.tensor(await backend.logprobs_of(probe.ids[:start], probe.ids[start:]))
+    on = mask[0, start:len(probe.ids)].bool().cpu()                  # the action tokens (the trainer scores only those)
+    trainer = logp[0, start:len(probe.ids)].float().cpu()[on]
+    engine_lp = torch.tensor(await backend.logprobs_of(probe.ids[:start], probe.ids[start:]))[on]
     diff = float((trainer - engine_lp).abs().max())
     if diff > args.sync_warn:
         log.warning("!!! WEIGHT SYNC CHECK FAILED: vLLM and trainer log-probs differ by %.3f (> %.3f) after the "

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils.checkpoint
 
 log = logging.getLogger("webagent")
 
@@ -290,7 +291,9 @@ def linear_warmup(warmup_steps: int):
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each token given its prefix, and the entropy of each position's distribution.
+    """Log-prob of each token given its prefix, and the entropy of each position's distribution, from the
+    full-vocabulary logits of every position: the plain definition, the reference ``action_logprobs`` is
+    checked against (training uses that one: it scores only the action tokens).
 
     input_ids, attention_mask: [B, L] (right-padded). Returns logp [B, L] and entropy [B, L], where
     position t scores input_ids[:, t] (position 0 gets 0: it has no prefix).
@@ -305,6 +308,52 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         entropy = logz - (probs * logits).sum(-1)                     # [B, L-1]
     pad = logp.new_zeros(logp.shape[0], 1)
     return torch.cat([pad, logp], 1), torch.cat([pad, entropy], 1)    # [B, L], [B, L]
+
+
+def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
+                    temperature: float = 1.0, chunk_tokens: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_logprobs`` where the loss needs it: log-probs and entropies [B, L] on the positions with
+    ``loss_mask`` = 1 (the action tokens), 0 elsewhere, without full-vocabulary logits for the sequence.
+
+    The model runs with ``logits_to_keep=1`` (its LM head scores one position per row) while a hook keeps
+    the final norm's output, the hidden states the head reads. Only the rows of the action tokens are
+    gathered and scored, ``chunk_tokens`` at a time, each chunk under activation checkpointing, so at most
+    one chunk's logits [chunk_tokens, V] (fp32) exist at once, in the forward and in the backward. With
+    Qwen2.5's vocabulary (151,936) the full version holds ~0.6 MB per token per fp32 copy, several copies
+    for every prompt token; this one ~0.3 GB for a chunk of 512 action tokens, whatever the sequence length.
+    Equal to ``token_logprobs`` on those positions to float rounding (tests/test_mgrpo_loss.py)."""
+    hf = getattr(model, "module", model)                   # a DeepSpeed engine wraps the HF model
+    norm, head = hf.get_decoder().norm, hf.get_output_embeddings()
+    kept: list[torch.Tensor] = []
+    hook = norm.register_forward_hook(lambda _m, _i, out: kept.append(out))
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
+    finally:
+        hook.remove()
+    hidden = kept[-1]                                                  # [B, L, H]
+    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)               # action token (row, col + 1) ...
+    h = hidden[rows, cols]                                             # ... is predicted at (row, col): [K, H]
+    target = input_ids[rows, cols + 1]                                 # [K]
+
+    def score(h_part: torch.Tensor, t_part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head(h_part).float() / temperature                   # [k, V], one chunk only
+        logz = torch.logsumexp(logits, dim=-1)                        # [k]
+        logp = logits.gather(-1, t_part[:, None])[:, 0] - logz       # [k]
+        with torch.no_grad():
+            entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        return logp, entropy
+
+    parts = []
+    for i in range(0, len(target), chunk_tokens):
+        args = (h[i:i + chunk_tokens], target[i:i + chunk_tokens])
+        parts.append(torch.utils.checkpoint.checkpoint(score, *args, use_reentrant=False)
+                     if torch.is_grad_enabled() else score(*args))
+    logp = hidden.new_zeros(input_ids.shape, dtype=torch.float32)     # [B, L]
+    entropy = torch.zeros_like(logp)
+    if parts:
+        logp = logp.index_put((rows, cols + 1), torch.cat([p[0] for p in parts]))
+        entropy = entropy.index_put((rows, cols + 1), torch.cat([p[1] for p in parts]).detach())
+    return logp, entropy
 
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:

@@ -275,3 +275,38 @@ def test_linear_warmup():
     s = trainlib.linear_warmup(4)
     assert [s(k) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
     assert trainlib.linear_warmup(0)(0) == 1.0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied):
+    """trainlib.action_logprobs (the action tokens' rows only, chunked, checkpointed) against the plain
+    definition (trainlib.token_logprobs: full-vocabulary logits everywhere): the same log-probs and entropies
+    on the masked positions, 0 elsewhere, and the same gradient of an Eq. 2-style weighted loss, in chunks of 5
+    tokens (so several chunks, and one cut mid-action), with right padding and a row without actions."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied)
+    model = Qwen2ForCausalLM(cfg).float()
+    lengths, spans = [23, 17, 9], [[(5, 9), (15, 23)], [(10, 17)], []]
+    ids, attn, mask = trainlib.pad_batch(
+        [torch.randint(0, 300, (n,)).tolist() for n in lengths],
+        [[int(any(a <= t < b for a, b in sp)) for t in range(n)] for n, sp in zip(lengths, spans)], pad_id=0)
+    weight = torch.rand(ids.shape)
+
+    def run(fn):
+        model.zero_grad()
+        logp, ent = fn()
+        (-(logp * weight * mask).sum()).backward()
+        return logp.detach(), ent, [p.grad.clone() for p in model.parameters()]
+    full_lp, full_ent, full_grads = run(lambda: trainlib.token_logprobs(model, ids, attn))
+    lp, ent, grads = run(lambda: trainlib.action_logprobs(model, ids, attn, mask, chunk_tokens=5))
+    on = mask.bool()
+    assert int(on.sum()) == 19
+    torch.testing.assert_close(lp[on], full_lp[on], rtol=0, atol=1e-5)
+    torch.testing.assert_close(ent[on], full_ent[on], rtol=0, atol=1e-5)
+    assert (lp[~on] == 0).all() and (ent[~on] == 0).all()
+    for g, g_full in zip(grads, full_grads):
+        torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-6)
+    with torch.no_grad():                                  # the reference / old-policy path: no checkpointing
+        torch.testing.assert_close(trainlib.action_logprobs(model, ids, attn, mask)[0][on], full_lp[on], rtol=0, atol=1e-5)

@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.utils.checkpoint
 
 log = logging.getLogger("webagent")
 
@@ -310,18 +309,51 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return torch.cat([pad, logp], 1), torch.cat([pad, entropy], 1)    # [B, L], [B, L]
 
 
+class _TargetLogprobs(torch.autograd.Function):
+    """log softmax(logits / T)[target] per row, and the rows' entropies, computed ``chunk`` rows at a time in
+    fp32: the only [K, V] tensors are the logits and their gradient, in the model's dtype."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, temperature: float, chunk: int):
+        logp = logits.new_empty(len(target), dtype=torch.float32)      # [K]
+        logz, entropy = torch.empty_like(logp), torch.empty_like(logp)
+        for i in range(0, len(target), chunk):
+            x = logits[i:i + chunk].float() / temperature              # [c, V] fp32, one chunk
+            logz[i:i + chunk] = torch.logsumexp(x, dim=-1)
+            logp[i:i + chunk] = x.gather(-1, target[i:i + chunk, None])[:, 0] - logz[i:i + chunk]
+            entropy[i:i + chunk] = logz[i:i + chunk] - (torch.softmax(x, dim=-1) * x).sum(-1)
+        ctx.save_for_backward(logits, target, logz)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy: torch.Tensor):
+        logits, target, logz = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for i in range(0, len(target), ctx.chunk):
+            x = logits[i:i + ctx.chunk].float() / ctx.temperature
+            g = grad_logp[i:i + ctx.chunk, None]                         # [c, 1]
+            gx = -torch.exp(x - logz[i:i + ctx.chunk, None]) * g         # d logp / d x = onehot - softmax
+            gx.scatter_add_(-1, target[i:i + ctx.chunk, None], g)
+            grad[i:i + ctx.chunk] = gx / ctx.temperature
+        return grad, None, None, None
+
+
 def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
                     temperature: float = 1.0, chunk_tokens: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """``token_logprobs`` where the loss needs it: log-probs and entropies [B, L] on the positions with
     ``loss_mask`` = 1 (the action tokens), 0 elsewhere, without full-vocabulary logits for the sequence.
 
     The model runs with ``logits_to_keep=1`` (its LM head scores one position per row) while a hook keeps
-    the final norm's output, the hidden states the head reads. Only the rows of the action tokens are
-    gathered and scored, ``chunk_tokens`` at a time, each chunk under activation checkpointing, so at most
-    one chunk's logits [chunk_tokens, V] (fp32) exist at once, in the forward and in the backward. With
-    Qwen2.5's vocabulary (151,936) the full version holds ~0.6 MB per token per fp32 copy, several copies
-    for every prompt token; this one ~0.3 GB for a chunk of 512 action tokens, whatever the sequence length.
-    Equal to ``token_logprobs`` on those positions to float rounding (tests/test_mgrpo_loss.py)."""
+    the final norm's output, the hidden states the head reads. The rows of the action tokens are gathered and
+    the head scores only them, in one call (so every rank makes the same calls: under ZeRO-3 each call
+    gathers the head's weights collectively); the softmax runs in fp32 ``chunk_tokens`` rows at a time, in the
+    forward and in the backward (``_TargetLogprobs``). With Qwen2.5's vocabulary (151,936) the full version
+    holds ~0.6 MB per token per fp32 copy, several copies for every prompt token; this one the action
+    tokens' logits and their gradient in the model's dtype. A batch without action tokens (a rank's
+    zero-weight filler) still runs the head on one position, times 0, so that its backward reaches every
+    parameter as on the other ranks. Equal to ``token_logprobs`` on the action tokens to float rounding."""
     hf = getattr(model, "module", model)                   # a DeepSpeed engine wraps the HF model
     norm, head = hf.get_decoder().norm, hf.get_output_embeddings()
     kept: list[torch.Tensor] = []
@@ -332,28 +364,16 @@ def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
         hook.remove()
     hidden = kept[-1]                                                  # [B, L, H]
     rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)               # action token (row, col + 1) ...
-    h = hidden[rows, cols]                                             # ... is predicted at (row, col): [K, H]
-    target = input_ids[rows, cols + 1]                                 # [K]
-
-    def score(h_part: torch.Tensor, t_part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = head(h_part).float() / temperature                   # [k, V], one chunk only
-        logz = torch.logsumexp(logits, dim=-1)                        # [k]
-        logp = logits.gather(-1, t_part[:, None])[:, 0] - logz       # [k]
-        with torch.no_grad():
-            entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-        return logp, entropy
-
-    parts = []
-    for i in range(0, len(target), chunk_tokens):
-        args = (h[i:i + chunk_tokens], target[i:i + chunk_tokens])
-        parts.append(torch.utils.checkpoint.checkpoint(score, *args, use_reentrant=False)
-                     if torch.is_grad_enabled() else score(*args))
-    logp = hidden.new_zeros(input_ids.shape, dtype=torch.float32)     # [B, L]
+    empty = len(rows) == 0
+    if empty:                                                          # score one position, weighted 0
+        rows, cols = rows.new_zeros(1), cols.new_zeros(1)
+    logits = head(hidden[rows, cols])                                  # ... is predicted at (row, col): [K, V]
+    lp, ent = _TargetLogprobs.apply(logits, input_ids[rows, cols + 1], temperature, chunk_tokens)
+    logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)   # [B, L]
     entropy = torch.zeros_like(logp)
-    if parts:
-        logp = logp.index_put((rows, cols + 1), torch.cat([p[0] for p in parts]))
-        entropy = entropy.index_put((rows, cols + 1), torch.cat([p[1] for p in parts]).detach())
-    return logp, entropy
+    if empty:
+        return logp + 0.0 * lp.sum(), entropy
+    return logp.index_put((rows, cols + 1), lp), entropy.index_put((rows, cols + 1), ent)
 
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:

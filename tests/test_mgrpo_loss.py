@@ -279,10 +279,11 @@ def test_linear_warmup():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied):
-    """trainlib.action_logprobs (the action tokens' rows only, chunked, checkpointed) against the plain
+    """trainlib.action_logprobs (the action tokens' rows only, the softmax in chunks) against the plain
     definition (trainlib.token_logprobs: full-vocabulary logits everywhere): the same log-probs and entropies
     on the masked positions, 0 elsewhere, and the same gradient of an Eq. 2-style weighted loss, in chunks of 5
-    tokens (so several chunks, and one cut mid-action), with right padding and a row without actions."""
+    tokens (so several chunks, and one cut mid-action), with right padding and a row without actions. A batch
+    without any action token gives zeros and still a gradient path through every parameter (zeros)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -308,5 +309,8 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
     assert (lp[~on] == 0).all() and (ent[~on] == 0).all()
     for g, g_full in zip(grads, full_grads):
         torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-6)
-    with torch.no_grad():                                  # the reference / old-policy path: no checkpointing
+    with torch.no_grad():                                  # the reference / old-policy path
         torch.testing.assert_close(trainlib.action_logprobs(model, ids, attn, mask)[0][on], full_lp[on], rtol=0, atol=1e-5)
+    lp, ent, grads = run(lambda: trainlib.action_logprobs(model, ids, attn, torch.zeros_like(mask)))
+    assert (lp == 0).all() and (ent == 0).all()
+    assert all(g is not None and (g == 0).all() for g in grads) and len(grads) == len(list(model.parameters()))

@@ -2425,9 +2425,9 @@ def _check_locator(locator: Any, where: str) -> str:
             parse_helper_call(stripped[5:])
         except ValueError as e:
             raise _ConfigError(where, str(e)) from None
-    elif stripped and not stripped.startswith(("document.", "[...document.")):
+    elif stripped and not stripped.startswith(("document.", "[...document.", "lambda:")):
         raise _ConfigError(where, f"unknown locator {locator!r} (expected '', 'document.…', "
-                                  f"'[...document.…' or 'func:name(args)')")
+                                  f"'[...document.…', 'lambda:<JS function>' or 'func:name(args)')")
     return locator
 
 
@@ -3008,12 +3008,23 @@ async def _call_helper(spec: str, page: Any, helpers: dict, where: str, reasons:
 async def _select(page: Any, target: dict, rubric: str, helpers: dict, where: str, reasons: list[str]) -> Any:
     """What a locator selects: "" = page.content(); a ``document.`` JS expression = str() of its value after
     the prep_actions (the first failing one ends them; a throwing locator selects ""; null selects "None");
-    ``func:`` = the helper's value as it is. WebArena then HTML-unescapes the selection; VAB does not."""
+    ``lambda:`` (VAB only) = the JS function's value as it is, so a number stays a number for
+    required_values (a falsy value or a throw selects None: "the page is wrong"); ``func:`` = the helper's
+    value as it is. WebArena then HTML-unescapes the selection; VAB does not."""
     locator = target.get("locator", "")
     if not locator.strip():
         selected: Any = await page.content()
     elif locator.startswith("func:"):
         selected = await _call_helper(locator[5:], page, helpers, f"{where}.locator", reasons)
+    elif locator.startswith("lambda:"):
+        if rubric == "webarena":
+            raise _Crash(f"{where}: WebArena's program_html has no 'lambda:' locator")
+        try:       # VAB strips the prefix with lstrip("lambda:"), which takes those letters, not the word
+            selected = await asyncio.wait_for(page.evaluate(locator.lstrip("lambda:")), CHECK_TIMEOUT_S)
+        except (PlaywrightError, asyncio.TimeoutError) as e:
+            reasons.append(f"{where}.locator: {locator!r} failed on {page.url}: {_first_line(e) or 'timeout'}")
+            selected = None
+        selected = selected or None
     else:
         try:
             for prep in target.get("prep_actions", []):

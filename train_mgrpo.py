@@ -368,16 +368,19 @@ def main(args: Args) -> Path:
     # ---- models ----
     ep = args.episode
     model, tokenizer = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
-    ref_model = None
-    if args.beta != 0.0:   # frozen reference pi_ref for the KL term
-        ref_model, _ = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
-        ref_model.eval().requires_grad_(False)
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cfg = trainlib.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
                              bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
     engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0,
                                   schedule=trainlib.linear_warmup(args.warmup_steps))
+    ref_model = None
+    if args.beta != 0.0:   # frozen reference pi_ref for the KL term, partitioned like the policy under ZeRO-3
+        ref, _ = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
+        ref_model = trainlib.make_reference(ref, cfg)
+        held = sum(p.numel() or p.ds_tensor.numel() for p in ref_model.parameters())   # ZeRO-3: its partition
+        full = sum(getattr(p, "ds_numel", p.numel()) for p in ref_model.parameters())
+        log.info("reference model: %d of its %d parameters held on rank %d", held, full, rank)
     if args.backend == "hf":
         if trainlib.zero_stage(cfg) == 3 and world > 1:
             raise SystemExit("--backend hf with ZeRO-3 on several ranks would gather weights in lock-step for "

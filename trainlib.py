@@ -240,6 +240,22 @@ def make_engine(model: torch.nn.Module, cfg: dict[str, Any], *, lr: float, weigh
     return engine
 
 
+def make_reference(model: torch.nn.Module, cfg: dict[str, Any]) -> Any:
+    """The frozen reference model pi_ref, held like the policy: under ZeRO-3 a DeepSpeed engine without an
+    optimizer whose parameters are partitioned over the ranks (each GPU keeps 1/world of them and gathers a
+    layer's for its forward, as for the policy), otherwise the model itself. Its forwards are collective under
+    ZeRO-3, so every rank must run the same ones (train_mgrpo.update runs the same micro-batches on each)."""
+    model.eval().requires_grad_(False)
+    if zero_stage(cfg) != 3:
+        return model
+    import deepspeed
+    ref_cfg = {k: v for k, v in cfg.items() if k in ("train_micro_batch_size_per_gpu", "train_batch_size",
+                                                     "gradient_accumulation_steps", "bf16", "zero_optimization")}
+    engine, *_ = deepspeed.initialize(model=model, config=ref_cfg)
+    engine.eval()
+    return engine
+
+
 def set_cpu_threads(n: int) -> None:
     """Torch threads when training on the CPU (0: torch's default). Chromium shares the cores during
     rollouts, and spin-waiting OpenMP workers then cost more than a second thread gains."""

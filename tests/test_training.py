@@ -11,6 +11,7 @@ model, demonstrations recorded by experts.py in real Chromium):
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -246,7 +247,9 @@ def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
               "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short",
               "--lr", "1e-4", "--save-every", "2", "--dynamic-sampling", "3"]
     launcher = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
-    run_script("tests/broken_rank.py", "train_mgrpo.py", *common, "--steps", "3", launcher=launcher)
+    log = run_script("tests/broken_rank.py", "train_mgrpo.py", *common, "--steps", "3", launcher=launcher)
+    held = [tuple(map(int, m)) for m in re.findall(r"reference model: (\d+) of its (\d+) parameters", log)]
+    assert len(held) == 2 and all(h < full / 1.5 for h, full in held), held     # partitioned over the 2 ranks
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/env_errors"] >= 2 for r in rows), rows          # rank 1's 4 per round, averaged

@@ -518,6 +518,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                     stats.update({f"p_task/{t.task_id}": sampler.p.get(t.task_id, 0.5) for t in sampler.tasks})
                 stats.update(train_stats)
                 stats.update(task_counts(trajs, sampler.tasks))
+                stats.update(shared_action_push(trajs))
                 sync_max = stats.pop("sync/max_logprob_diff", None)   # present on every rank or none (learn agreed)
                 stats = task_success(_all_reduce_mean(stats))
                 if sync_max is not None:                               # the worst rank's engine, not the average
@@ -638,6 +639,33 @@ def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_tra
         "rollout/seconds": t_rollout,
         "train/seconds": t_train,
     }
+
+
+def shared_action_push(trajs: list[Trajectory]) -> dict[str, float]:
+    """How Eq. 2 treats an action that successful and failed trajectories of one group both took in the same
+    context (identical prompt and action ids, e.g. the right first click of a multi-step task whose failures
+    go wrong later). Its net weight in the loss is sum_i A_i / |tau_i| over the trajectories that took it
+    (1/|a_ij| cancels over its tokens). A group's advantages sum to zero, so an action every trajectory took
+    nets zero when all are equally long; but failures shorter than the successes (they stopped early) weigh
+    more per action, and the shared right action is pushed down. Per step (this rank): ``train/shared_actions`` such actions,
+    ``train/shared_pushed_down`` the fraction with a negative net weight under Eq. 2, and
+    ``train/shared_pushed_down_flat`` the same without the 1/|tau_i| factor (every action weighing 1)."""
+    shared, down, down_flat = 0, 0, 0
+    for valid, flat in group_outcomes(trajs)[0]:
+        if flat:
+            continue
+        adv = group_advantages(torch.tensor([t.reward for t in valid]), len(valid)).tolist()
+        takers: dict[tuple, list[tuple[float, int, bool]]] = collections.defaultdict(list)
+        for t, a in zip(valid, adv):
+            for s in {tuple(s.ids) for s in t.samples}:
+                takers[s].append((a, len(t.samples), t.reward > 0))
+        for who in takers.values():
+            if any(ok for *_, ok in who) and not all(ok for *_, ok in who):
+                shared += 1
+                down += sum(a / n for a, n, _ in who) < -1e-6          # (zero up to float rounding)
+                down_flat += sum(a for a, _, _ in who) < -1e-6
+    return {"train/shared_actions": float(shared), "train/shared_pushed_down": down / max(shared, 1),
+            "train/shared_pushed_down_flat": down_flat / max(shared, 1)}
 
 
 def task_counts(trajs: list[Trajectory], tasks: list[webenv.Task]) -> dict[str, float]:

@@ -12,7 +12,7 @@ from rollout import Sample, Trajectory
 import env as webenv
 import trainlib
 from train_mgrpo import (TaskSampler, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups,
-                         step_tasks)
+                         shared_action_push, step_tasks)
 
 
 def make_batch(rng: random.Random, n_groups=3, G=4, max_steps=5, max_tokens=7):
@@ -314,3 +314,21 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
     lp, ent, grads = run(lambda: trainlib.action_logprobs(model, ids, attn, torch.zeros_like(mask)))
     assert (lp == 0).all() and (ent == 0).all()
     assert all(g is not None and (g == 0).all() for g in grads) and len(grads) == len(list(model.parameters()))
+
+
+def test_shared_action_push_of_shorter_failures():
+    """A group of 4 on a multi-step task: three successes click A, B, submit (3 actions); one failure clicks A
+    and submits early (2 actions). A (the right first click) is in all four: advantages +0.58 x 3 and -1.73 sum
+    to 0, but per action Eq. 2 gives it 3 x 0.58 / 3 - 1.73 / 2 < 0, a push down; counted per action (flat)
+    it nets 0, not down. In a group where the failure is the longer one the shared action is pushed up."""
+    def traj(group, reward, actions):
+        return Trajectory(group=group, task_id="t", seed=0, reward=reward,
+                          samples=[Sample(list(range(k + 1)) + [100 + a], [0] * (k + 1) + [1])
+                                   for k, a in enumerate(actions)])
+    short_fail = [traj(0, 1.0, [1, 2, 9]) for _ in range(3)] + [traj(0, 0.0, [1, 9])]
+    stats = shared_action_push(short_fail)
+    assert stats["train/shared_actions"] == 1                     # A; B and submit-after-B only in successes
+    assert stats["train/shared_pushed_down"] == 1.0 and stats["train/shared_pushed_down_flat"] == 0.0
+    long_fail = [traj(1, 1.0, [1, 9]) for _ in range(3)] + [traj(1, 0.0, [1, 2, 3, 4])]
+    assert shared_action_push(long_fail)["train/shared_pushed_down"] == 0.0
+    assert shared_action_push([traj(2, 1.0, [1]) for _ in range(4)])["train/shared_actions"] == 0   # no signal

@@ -591,16 +591,16 @@ def main(args: Args) -> Path:
             ids, attn, loss_mask = trainlib.pad_batch(*zip(*batch_at(cursor)), pad_id=tokenizer.pad_token_id)
             ids, attn, loss_mask = ids.to(engine.device), attn.to(engine.device), loss_mask.to(engine.device)
             cursor += 1
-            # Eq. 1: negative log-likelihood of the action tokens only
-            logits = engine(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()  # [B, L-1, V]
-            target, m = ids[:, 1:], loss_mask[:, 1:]                                              # [B, L-1]
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # [B, L-1]
-            loss = (nll * m).sum() / m.sum().clamp(min=1)
+            # Eq. 1: negative log-likelihood of the action tokens only (scored only there: no full-vocabulary
+            # logits for the prompt tokens)
+            logp, _, top1 = trainlib.action_logprobs(engine, ids, attn, loss_mask)                # [B, L] each
+            m = loss_mask[:, 1:]                                                                  # [B, L-1]
+            loss = -(logp[:, 1:] * m).sum() / m.sum().clamp(min=1)
             engine.backward(loss)
             gn = trainlib.grad_norm(engine) if engine.is_gradient_accumulation_boundary() else -1.0
             engine.step()
             with torch.no_grad():
-                acc_sum += float(((logits.argmax(-1) == target).float() * m).sum())
+                acc_sum += float((top1[:, 1:] * m).sum())
                 tok_sum += float(m.sum())
                 loss_sum += float(loss)
         step += 1

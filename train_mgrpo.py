@@ -225,7 +225,7 @@ def forward_logprobs(model, samples: list[Sample], pad_id: int, device) -> tuple
     off the mask), + mask [N, L]."""
     ids, attn, mask = trainlib.pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-    logp, ent = trainlib.action_logprobs(model, ids, attn, mask)
+    logp, ent, _ = trainlib.action_logprobs(model, ids, attn, mask)
     return logp, ent, mask
 
 

@@ -326,25 +326,27 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 
 class _TargetLogprobs(torch.autograd.Function):
-    """log softmax(logits / T)[target] per row, and the rows' entropies, computed ``chunk`` rows at a time in
-    fp32: the only [K, V] tensors are the logits and their gradient, in the model's dtype."""
+    """log softmax(logits / T)[target] per row, the rows' entropies and whether the target is the argmax,
+    computed ``chunk`` rows at a time in fp32: the only [K, V] tensors are the logits and their gradient, in
+    the model's dtype."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, temperature: float, chunk: int):
         logp = logits.new_empty(len(target), dtype=torch.float32)      # [K]
-        logz, entropy = torch.empty_like(logp), torch.empty_like(logp)
+        logz, entropy, top1 = torch.empty_like(logp), torch.empty_like(logp), torch.empty_like(logp)
         for i in range(0, len(target), chunk):
             x = logits[i:i + chunk].float() / temperature              # [c, V] fp32, one chunk
             logz[i:i + chunk] = torch.logsumexp(x, dim=-1)
             logp[i:i + chunk] = x.gather(-1, target[i:i + chunk, None])[:, 0] - logz[i:i + chunk]
             entropy[i:i + chunk] = logz[i:i + chunk] - (torch.softmax(x, dim=-1) * x).sum(-1)
+            top1[i:i + chunk] = (x.argmax(-1) == target[i:i + chunk]).float()
         ctx.save_for_backward(logits, target, logz)
         ctx.temperature, ctx.chunk = temperature, chunk
-        ctx.mark_non_differentiable(entropy)
-        return logp, entropy
+        ctx.mark_non_differentiable(entropy, top1)
+        return logp, entropy, top1
 
     @staticmethod
-    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy: torch.Tensor):
+    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy: torch.Tensor, _grad_top1: torch.Tensor):
         logits, target, logz = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for i in range(0, len(target), ctx.chunk):
@@ -357,9 +359,10 @@ class _TargetLogprobs(torch.autograd.Function):
 
 
 def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
-                    temperature: float = 1.0, chunk_tokens: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
-    """``token_logprobs`` where the loss needs it: log-probs and entropies [B, L] on the positions with
-    ``loss_mask`` = 1 (the action tokens), 0 elsewhere, without full-vocabulary logits for the sequence.
+                    temperature: float = 1.0, chunk_tokens: int = 512) -> tuple[torch.Tensor, ...]:
+    """``token_logprobs`` where the loss needs it: log-probs, entropies and top-1 hits (1.0 where the token is
+    the model's argmax), each [B, L], on the positions with ``loss_mask`` = 1 (the action tokens), 0 elsewhere,
+    without full-vocabulary logits for the sequence. Used by M-GRPO (Eq. 2) and BC (Eq. 1) alike.
 
     The model runs with ``logits_to_keep=1`` (its LM head scores one position per row) while a hook keeps
     the final norm's output, the hidden states the head reads. The rows of the action tokens are gathered and
@@ -384,12 +387,13 @@ def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     if empty:                                                          # score one position, weighted 0
         rows, cols = rows.new_zeros(1), cols.new_zeros(1)
     logits = head(hidden[rows, cols])                                  # ... is predicted at (row, col): [K, V]
-    lp, ent = _TargetLogprobs.apply(logits, input_ids[rows, cols + 1], temperature, chunk_tokens)
+    lp, ent, hit = _TargetLogprobs.apply(logits, input_ids[rows, cols + 1], temperature, chunk_tokens)
     logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)   # [B, L]
-    entropy = torch.zeros_like(logp)
+    entropy, top1 = torch.zeros_like(logp), torch.zeros_like(logp)
     if empty:
-        return logp + 0.0 * lp.sum(), entropy
-    return logp.index_put((rows, cols + 1), lp), entropy.index_put((rows, cols + 1), ent)
+        return logp + 0.0 * lp.sum(), entropy, top1
+    at = (rows, cols + 1)
+    return logp.index_put(at, lp), entropy.index_put(at, ent), top1.index_put(at, hit)
 
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -423,18 +427,24 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def export_hf(engine, tokenizer, path: str | Path, rank: int) -> None:
-    """Write an HF checkpoint (model + tokenizer) from a DeepSpeed engine; under ZeRO-3 the
-    partitioned parameters are gathered first. Collective: every rank must call it."""
+    """Write an HF checkpoint (model + tokenizer) from a DeepSpeed engine. Under ZeRO-3 the partitioned
+    parameters are gathered one at a time and copied to rank 0's CPU, so a GPU never holds more than one full
+    tensor beyond its partition (gathering them all at once would need the whole model on every GPU).
+    Collective: every rank must call it."""
     import deepspeed
     model = engine.module
-    params = list(model.parameters())
-    partitioned = any(hasattr(p, "ds_id") for p in params)
-    ctx = deepspeed.zero.GatheredParameters(params, modifier_rank=None) if partitioned else contextlib.nullcontext()
-    with ctx:
-        if rank == 0:
-            state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            model.save_pretrained(str(path), state_dict=state, safe_serialization=True)
-            tokenizer.save_pretrained(str(path))
+    state: dict[str, torch.Tensor] = {}
+    copied: dict[int, torch.Tensor] = {}                       # tied tensors: gathered and copied once
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) not in copied:
+            ctx = (deepspeed.zero.GatheredParameters([tensor], modifier_rank=None) if hasattr(tensor, "ds_id")
+                   else contextlib.nullcontext())
+            with ctx:
+                copied[id(tensor)] = tensor.detach().cpu().clone() if rank == 0 else torch.empty(0)
+        state[name] = copied[id(tensor)]
+    if rank == 0:
+        model.save_pretrained(str(path), state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(str(path))
 
 
 def save_checkpoint(engine, tokenizer, out_dir: str | Path, step: int, state: dict[str, Any],

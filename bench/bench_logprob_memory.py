@@ -61,7 +61,7 @@ def one(variant: str, length: int, action_tokens: int, cap_gib: float) -> dict:
         if variant == "full":
             logp, _ = trainlib.token_logprobs(model, ids, attn)
         else:
-            logp, _ = trainlib.action_logprobs(model, ids, attn, mask)
+            logp, *_ = trainlib.action_logprobs(model, ids, attn, mask)
         loss, _ = mgrpo_loss(logp, logp.detach(), ref, mask, adv, weight)
         loss.backward()
     except (RuntimeError, MemoryError) as e:           # the cap: "can't allocate memory"

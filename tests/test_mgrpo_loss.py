@@ -297,10 +297,14 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
 
     def run(fn):
         model.zero_grad()
-        logp, ent = fn()
+        logp, ent, *_ = fn()
         (-(logp * weight * mask).sum()).backward()
         return logp.detach(), ent, [p.grad.clone() for p in model.parameters()]
     full_lp, full_ent, full_grads = run(lambda: trainlib.token_logprobs(model, ids, attn))
+    with torch.no_grad():
+        argmax = model(input_ids=ids, attention_mask=attn).logits[:, :-1].argmax(-1) == ids[:, 1:]
+        top1 = trainlib.action_logprobs(model, ids, attn, mask)[2]
+    assert torch.equal(top1[:, 1:].bool(), argmax & mask[:, 1:].bool())
     lp, ent, grads = run(lambda: trainlib.action_logprobs(model, ids, attn, mask, chunk_tokens=5))
     on = mask.bool()
     assert int(on.sum()) == 19

@@ -1,0 +1,29 @@
+"""bench/gpu_path.py, the paper-scale path's one-device script, at its CPU size: a model with Qwen2.5's
+vocabulary under ZeRO-3 on one rank, M-GRPO updates with the reference model's KL, BC steps, a checkpoint
+saved and reloaded, the trainer's log-probs against the reloaded model's. (On a GPU it runs the 0.5B and 3B
+shapes in bf16; README "vLLM and the GPU path".)"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_gpu_path_script_runs_end_to_end_at_cpu_size(tmp_path):
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                  "MASTER_PORT")}
+    proc = subprocess.run([sys.executable, "bench/gpu_path.py", "--shape", "tiny", "--turns", "3", "--prompt-tokens",
+                           "128", "--action-tokens", "32", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(environ, WEBAGENT_DEVICE="cpu",
+                                   TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR",
+                                                                       str(ROOT / ".torch_extensions"))))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["zero_stage"] == 3 and r["attention"] == "sdpa" and r["samples"] == 2 * 4 * 3
+    assert r["update_tokens_per_s"] > 0 and r["bc_tokens_per_s"] > 0 and r["peak_memory_gib"] > 0
+    assert r["update_mfu"] is None                      # no peak FLOPs known for a CPU
+    assert (tmp_path / "step_1" / "hf" / "model.safetensors").exists()
+    assert r["reload_max_logprob_diff"] <= 1e-5 < r["trained_vs_init_max_logprob_diff"]   # the save holds the training

@@ -18,8 +18,8 @@ bc() {
     --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" --torch-threads 0
 }
 
-# rl INIT OUT STEPS NEW: M-GRPO on $TASKS, $B tasks x G=$G per step
+# rl INIT OUT STEPS NEW [FLAGS...]: M-GRPO on $TASKS, $B tasks x G=$G per step (FLAGS: more train_mgrpo flags)
 rl() {
   $PY train_mgrpo.py --model "$1" --tasks "$TASKS" --out "$2" --steps "$3" --tasks-per-step "$B" --group-size "$G" \
-    --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$4" --prompt short --save-every 0
+    --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$4" --prompt short --save-every 0 "${@:5}"
 }

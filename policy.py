@@ -678,9 +678,14 @@ class VLLMBackend:
                  gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str | None = None,
                  max_model_len: int = 16384, seed: int = 0, enable_prefix_caching: bool = True,
                  kv_cache_memory_bytes: int | None = None, stop_ids: Sequence[int] | None = None,
-                 local_rank: int | None = None, **engine_kwargs):
+                 local_rank: int | None = None, sleep_mode: bool | None = None, **engine_kwargs):
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_model_len = max_model_len
+        # vLLM's sleep mode (release the weights and the KV cache while the trainer updates) exists on CUDA
+        # only: on by default there, off on the CPU (vLLM refuses it there)
+        self.sleep_mode = torch.cuda.is_available() if sleep_mode is None else sleep_mode
+        if self.sleep_mode and engine is None:
+            engine_kwargs.setdefault("enable_sleep_mode", True)
         if tokenizer is None and model_path is not None:
             from transformers import AutoTokenizer
             tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
@@ -742,6 +747,17 @@ class VLLMBackend:
         params = self.sampling_params(max_new_tokens=1, temperature=1.0, top_p=1.0, prompt_logprobs=0)
         plp = (await self._run(full, params)).prompt_logprobs       # [None, {id: Logprob}, ...] per position
         return [float(plp[len(prompt_ids) + k][t].logprob) for k, t in enumerate(target_ids)]
+
+    async def sleep(self) -> None:
+        """Before the trainer's update: vLLM's sleep level 1 moves the weights to CPU memory and frees the KV
+        cache, so the update has the GPU memory the engine held (``--vllm-gpu-memory``). No-op without sleep mode."""
+        if self.sleep_mode:
+            await self.engine.sleep(level=1)
+
+    async def wake_up(self) -> None:
+        """After the update, before the weight push: weights back on the GPU, KV cache allocated again."""
+        if self.sleep_mode:
+            await self.engine.wake_up()
 
     async def aclose(self) -> None:
         """Shut the engine down: its EngineCore and worker processes exit (a parent that dies without this can

@@ -502,12 +502,15 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 learn = _all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
                 engine.module.train()
+                if args.backend == "vllm" and learn:
+                    await backend.sleep()           # the engine's GPU memory goes to the update (CUDA only)
                 train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args) if learn else {}
                 t_train = time.time() - t1
                 step += 1
                 if args.backend == "vllm" and learn:
                     # ---- sync weights ----
                     t2 = time.time()
+                    await backend.wake_up()
                     await policy.push_weights_to_vllm(backend, engine.module)
                     train_stats["sync/push_seconds"] = time.time() - t2
                     train_stats["sync/max_logprob_diff"], train_stats["sync/mean_logprob_diff"] = \

@@ -484,3 +484,29 @@ def test_make_backend(tiny):
     assert isinstance(policy.make_backend("openai", base_url="http://x/v1", model="m"), policy.OpenAIBackend)
     with pytest.raises(ValueError, match="unknown backend"):
         policy.make_backend("tgi")
+
+
+def test_vllm_sleep_mode_rule():
+    """CUDA only (vLLM refuses sleep mode on other platforms, so this is a rule-level check; the real CPU
+    engine's no-op is in tests/test_vllm.py): with sleep mode the engine is started with enable_sleep_mode,
+    sleep() is vLLM's level 1 (weights to CPU memory, KV cache freed) and wake_up() undoes it."""
+    import asyncio
+
+    class Engine:
+        def __init__(self):
+            self.calls = []
+
+        async def sleep(self, level):
+            self.calls.append(("sleep", level))
+
+        async def wake_up(self, tags=None):
+            self.calls.append(("wake_up", tags))
+    eng = Engine()
+    backend = policy.VLLMBackend(engine=eng, tokenizer=None, sleep_mode=True, stop_ids=[0])
+    asyncio.run(backend.sleep())
+    asyncio.run(backend.wake_up())
+    assert eng.calls == [("sleep", 1), ("wake_up", None)]
+    off = policy.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=False, stop_ids=[0])
+    asyncio.run(off.sleep())
+    assert off.engine.calls == []
+    assert policy.VLLMBackend(engine=Engine(), tokenizer=None, stop_ids=[0]).sleep_mode == torch.cuda.is_available()

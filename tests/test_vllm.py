@@ -154,6 +154,16 @@ def test_push_missing_a_weight_raises(engine, served, run):
         run(policy.push_weights_to_vllm(engine, smaller), timeout=120)
 
 
+def test_no_sleep_mode_on_the_cpu(engine, served, run):
+    """vLLM's sleep mode exists on CUDA only: on the CPU the backend leaves it off, and sleep() / wake_up()
+    around an update change nothing (the engine still generates)."""
+    _, _, tok = served
+    assert engine.sleep_mode is False
+    run(engine.sleep())
+    run(engine.wake_up())
+    assert run(engine.generate(_prompt(tok, 20), temperature=0.0, max_new_tokens=4)).ids
+
+
 def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):
     import train_mgrpo
     from rollout import Sample, Trajectory

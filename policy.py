@@ -878,19 +878,34 @@ class VLLMWorkerExtension:
         return sorted(expected - self._webagent_loaded)
 
 
+def _gather_buckets(named: list[tuple[str, torch.Tensor]], limit: int) -> list[list[tuple[str, torch.Tensor]]]:
+    """Consecutive parameters of one dtype, about ``limit`` bytes (full size under ZeRO-3) per bucket."""
+    buckets: list[list[tuple[str, torch.Tensor]]] = []
+    size = 0
+    for name, p in named:
+        nbytes = getattr(p, "ds_numel", p.numel()) * p.element_size()
+        if not buckets or size + nbytes > limit or buckets[-1][0][1].dtype != p.dtype:
+            buckets.append([])
+            size = 0
+        buckets[-1].append((name, p))
+        size += nbytes
+    return buckets
+
+
 async def push_weights_to_vllm(engine, model, *, chunk_bytes: int = 256 << 20,
                                timeout_s: float = 600.0) -> dict[str, int]:
     """Push the trainer's weights into a vLLM engine (after each M-GRPO update, Sec. 2.3 on-policy rollouts).
 
     ``engine``: a ``VLLMBackend`` or the engine itself (anything with ``collective_rpc`` /
     ``reset_prefix_cache``), or ``None`` on ranks that only take part in the ZeRO-3 gathers.
-    ``model``: the HF model (``ds_engine.module`` under DeepSpeed). Each parameter with a ``ds_id``
-    (ZeRO-3 partitioned) is gathered on its own with ``deepspeed.zero.GatheredParameters``, copied to CPU,
-    and released, so peak extra memory is one parameter + one chunk. Chunks of about ``chunk_bytes`` go to
-    the engine's workers as safetensors bytes (``VLLMWorkerExtension``: begin, one call per chunk, end). A push
-    that leaves an engine parameter unloaded raises. The prefix cache is reset afterwards: its KV entries were
-    computed with the old weights. Call it with no requests in flight (between rollout phases).
-    Returns ``{"params": n, "bytes": b, "rpcs": r}`` (``rpcs``: chunk calls).
+    ``model``: the HF model (``ds_engine.module`` under DeepSpeed). Parameters go in buckets of about
+    ``chunk_bytes`` (one dtype each): under ZeRO-3 a bucket is gathered with one
+    ``deepspeed.zero.GatheredParameters`` (one collective for many tensors, not one per parameter), flattened
+    and copied to the CPU in one transfer on the rank with an engine, and released, so peak extra memory is
+    about two buckets. Each bucket goes to the engine's workers as safetensors bytes (``VLLMWorkerExtension``:
+    begin, one call per bucket, end). A push that leaves an engine parameter unloaded raises. The prefix
+    cache is reset afterwards: its KV entries were computed with the old weights. Call it with no requests in
+    flight (between rollout phases). Returns ``{"params": n, "bytes": b, "rpcs": r, "gathers": g}``.
     """
     from safetensors.torch import save
     engine = getattr(engine, "engine", engine)        # VLLMBackend -> its AsyncLLM
@@ -898,36 +913,33 @@ async def push_weights_to_vllm(engine, model, *, chunk_bytes: int = 256 << 20,
     if any(hasattr(p, "ds_id") for p in model.parameters()):
         import deepspeed
         gathered = deepspeed.zero.GatheredParameters
-    stats = {"params": 0, "bytes": 0, "rpcs": 0}
-    chunk: dict[str, torch.Tensor] = {}
-    size = 0
+    stats = {"params": 0, "bytes": 0, "rpcs": 0, "gathers": 0}
 
     async def rpc(method: str, *args) -> list:
         return await engine.collective_rpc(method, timeout=timeout_s, args=args)
 
-    async def flush():
-        nonlocal chunk, size
-        if chunk:
-            await rpc("webagent_load_chunk", save(chunk))
-            stats["rpcs"] += 1
-        chunk, size = {}, 0
-
     if engine is not None:
         await rpc("webagent_begin_push")
-    for name, param in model.named_parameters():       # tied weights appear once (vLLM re-ties them)
-        ctx = gathered([param], modifier_rank=None) if hasattr(param, "ds_id") else contextlib.nullcontext()
-        with ctx:                                       # ZeRO-3: the full tensor exists only inside
-            tensor = param.data.detach().to("cpu", copy=True).contiguous() if engine is not None else None
-        stats["params"] += 1
-        if tensor is None:
+    # tied weights appear once in named_parameters (vLLM re-ties them)
+    for bucket in _gather_buckets(list(model.named_parameters()), chunk_bytes):
+        params = [p for _, p in bucket]
+        partitioned = any(hasattr(p, "ds_id") for p in params)
+        ctx = gathered(params, modifier_rank=None) if partitioned else contextlib.nullcontext()
+        with ctx:                                       # ZeRO-3: the full tensors exist only inside
+            flat = torch.cat([p.data.detach().reshape(-1) for p in params]).cpu() if engine is not None else None
+        stats["params"] += len(params)
+        stats["gathers"] += partitioned
+        if flat is None:
             continue
-        chunk[name.removeprefix("module.")] = tensor
-        size += tensor.numel() * tensor.element_size()
-        stats["bytes"] += tensor.numel() * tensor.element_size()
-        if size >= chunk_bytes:
-            await flush()
+        chunk, at = {}, 0
+        for name, p in bucket:                          # (after the gather p.data is a partitioned stub again)
+            n, shape = getattr(p, "ds_numel", p.numel()), getattr(p, "ds_shape", p.shape)
+            chunk[name.removeprefix("module.")] = flat[at:at + n].view(shape).clone()   # safetensors: no shared storage
+            at += n
+        stats["bytes"] += flat.numel() * flat.element_size()
+        await rpc("webagent_load_chunk", save(chunk))
+        stats["rpcs"] += 1
     if engine is not None:
-        await flush()
         missing = sorted({n for worker in await rpc("webagent_end_push") for n in worker})
         if missing:
             raise RuntimeError(f"weight push left {len(missing)} engine parameters unloaded: {missing[:8]}")

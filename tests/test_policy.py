@@ -451,7 +451,9 @@ _ZERO3_SCRIPT = textwrap.dedent(r"""
 """)
 
 
-def test_push_weights_gathers_zero3_params_one_at_a_time(tmp_path):
+def test_push_weights_gathers_zero3_params_in_buckets(tmp_path):
+    """A push under ZeRO-3 (one gloo rank): every parameter arrives whole and equal, in buckets of about
+    chunk_bytes gathered with one collective each (not one per parameter), released again afterwards."""
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -470,10 +472,13 @@ def test_push_weights_gathers_zero3_params_one_at_a_time(tmp_path):
     assert res["partitioned"], "ZeRO-3 did not partition any parameter: the gather path was not exercised"
     assert all(res["ok"].values()), res["ok"]
     assert res["still_partitioned"] == res["partitioned"]        # released again after each gather
-    assert res["stats"]["params"] == len(res["ok"]) and res["resets"] == 1
+    stats = res["stats"]
+    assert stats["params"] == len(res["ok"]) and res["resets"] == 1
     calls = res["calls"]
     assert calls[0] == "webagent_begin_push" and calls[-1] == "webagent_end_push"
-    assert set(calls[1:-1]) == {"webagent_load_chunk"} and len(calls) - 2 == res["stats"]["rpcs"] > 1
+    assert set(calls[1:-1]) == {"webagent_load_chunk"} and len(calls) - 2 == stats["rpcs"] > 1
+    assert 1 < stats["gathers"] == stats["rpcs"] < stats["params"]            # buckets, not one gather per tensor
+    assert stats["rpcs"] <= stats["bytes"] // 4096 + 2                         # of about chunk_bytes (4 KB here)
 
 
 # ---- factory ----

@@ -45,7 +45,7 @@ res = json.load(open(sys.argv[1]))
 per_task = {t.split("/", 1)[1]: v["success_rate"] for t, v in res["runs"]["bc"]["tasks"].items()}
 def pick(lo, hi):
     ok = [t for t, s in per_task.items() if lo <= s <= hi]
-    return sorted(ok, key=lambda t: (abs(per_task[t] - 0.45), t))[:8]
+    return sorted(ok, key=lambda t: (round(abs(per_task[t] - 0.45), 9), t))[:8]   # exact ties: k/30 rates
 for lo, hi in ((0.2, 0.7), (0.1, 0.8)):
     chosen = pick(lo, hi)
     if len(chosen) == 8:

@@ -21,10 +21,10 @@ mkdir -p "$OUT"
 [ -s "$OUT/demos.jsonl" ] || { stage "expert demonstrations: 20 per task of $TASKS"
   $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"; }
 [ -d "$OUT/bc/hf" ] || { stage "BC of $BASE: 150 steps at lr 1e-3"; bc "$OUT/demos.jsonl" "$OUT/bc" 150 short "$BASE" 1e-3; }
-[ -d "$OUT/bc300/hf" ] || { stage "BC continued: 300 steps at lr 1e-3"
-  bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
 [ -d "$OUT/$RL_NAME/hf" ] || { stage "M-GRPO from the 150-step BC: $RL_STEPS steps of $B x G=$G ${VAL_RL_ARGS:-}"
   rl "$OUT/bc/hf" "$OUT/$RL_NAME" "$RL_STEPS" "$NEW" ${VAL_RL_ARGS:-}; }
+[ -d "$OUT/bc300/hf" ] || { stage "BC continued: 300 steps at lr 1e-3"
+  bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
 
 MODELS="base=$BASE,bc=$OUT/bc/hf,bc300=$OUT/bc300/hf"
 for run in "$OUT"/rl*/hf; do MODELS="$MODELS,$(basename "$(dirname "$run")")=$run"; done

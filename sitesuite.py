@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import env as webenv
+import webarena
 
 log = logging.getLogger("webagent.sitesuite")
 
@@ -917,7 +918,7 @@ def task_config(name: str, seed: int, base: str | None = None, standalone: bool 
 
 # ---- the task family seam (env.TaskFamily) ----
 
-class SuiteFamily(webenv.WebArenaFamily):
+class SuiteFamily(webarena.WebArenaFamily):
     """The suite's tasks in env.py: ``load("all")`` / ``load("edit-profile@out,add-to-cart")`` gives one Task
     per family (id ``suite/NAME``; "all" = every family, and may be combined: "all,edit-profile@out"); an
     episode's seed picks the concrete config (``task_config``). A new context per episode gets a fresh sandbox
@@ -958,7 +959,7 @@ class SuiteFamily(webenv.WebArenaFamily):
 
     async def start(self, env: Any, page: Any, task: webenv.Task) -> webenv.Task:
         # env's own config check (the one WebArena configs go through) builds the concrete task
-        concrete = webenv.webarena_task(self.config(task))
+        concrete = webarena.webarena_task(self.config(task))
         if concrete.start_url != task.start_url:          # a seed with its own start page
             await page.goto(concrete.start_url, wait_until="domcontentloaded")
         return dataclasses.replace(task, intent=concrete.intent, eval=concrete.eval,
@@ -970,9 +971,9 @@ class SuiteFamily(webenv.WebArenaFamily):
         (eval.py / train_mgrpo.py ``--rubric``) scores suite tasks under that family's rubric too."""
         fam = self
         wa = env.families.get("webarena")
-        if env.families.get(self.name) is not self and isinstance(wa, webenv.WebArenaFamily):
+        if env.families.get(self.name) is not self and isinstance(wa, webarena.WebArenaFamily):
             fam = wa
-        return float(await webenv.evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
+        return float(await webarena.evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
                                            rubric=fam.rubric, details=info.setdefault("eval", {})))
 
     def column(self, task: webenv.Task) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 import env
+import webarena
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -1023,7 +1024,7 @@ def test_webarena_login_accounts_and_failures(site, tmp_path, pool, run, monkeyp
                                            r"went to .*/customer/account/login/"):
         run(env.webarena_login(["shopping"], str(tmp_path), pool=pool,
                                accounts={"shopping": {"username": "emma.lopez@gmail.com", "password": "x"}}))
-    monkeypatch.setattr(env, "NAV_TIMEOUT_MS", 1000)
+    monkeypatch.setattr(webarena, "NAV_TIMEOUT_MS", 1000)
     monkeypatch.setenv("WA_GITLAB", site.url + "/nowhere")
     with pytest.raises(RuntimeError, match=r"gitlab: cannot sign in at .*/nowhere/users/sign_in: .*username-field"):
         run(env.webarena_login(["gitlab"], str(tmp_path), pool=pool))
@@ -1038,7 +1039,7 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
     instead of scoring 0. The check (a signed-in-only page per site, as auto_login's is_expired, with the
     account the file signed in as) runs once per file per process, again when the file is rewritten."""
     all_sites(site, monkeypatch)
-    monkeypatch.setattr(env, "_LOGIN_CHECKS", {})
+    monkeypatch.setattr(webarena, "_LOGIN_CHECKS", {})
     auth = tmp_path / "auth"
     bob = {"reddit": {"username": "bob", "password": "builder"}}
     run(env.webarena_login(["reddit", "gitlab"], str(auth), pool=pool, accounts=bob))
@@ -1046,8 +1047,8 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
     tasks = load(tmp_path, [config(task_id=i, sites=["gitlab", "reddit"], require_login=True, storage_state=state,
                                    start_url="__REDDIT__/user/bob/account") for i in range(2)])
     calls = []
-    real = env._signed_in
-    monkeypatch.setattr(env, "_signed_in", lambda page, s, account: calls.append((s, account["username"])) or
+    real = webarena._signed_in
+    monkeypatch.setattr(webarena, "_signed_in", lambda page, s, account: calls.append((s, account["username"])) or
                         real(page, s, account))
 
     async def reset(task):
@@ -1059,7 +1060,7 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
     assert "Delete" in run(reset(tasks[0])) and "Delete" in run(reset(tasks[1]))
     assert calls == [("gitlab", "byteblaze"), ("reddit", "bob")]          # once for the file, bob's account
     site.reset()                                                            # every session is dropped
-    monkeypatch.setattr(env, "_LOGIN_CHECKS", {})                           # a new run
+    monkeypatch.setattr(webarena, "_LOGIN_CHECKS", {})                           # a new run
     with pytest.raises(ValueError, match=re.escape(
             f"task 0 (gitlab+reddit): storage_state {state}: the login no longer holds (gitlab: ") + ".*" + re.escape(
             f"renew it with python env.py login --sites gitlab,reddit --out {auth}")):

@@ -10,9 +10,10 @@ What it implements
   and info (action, parse_error, error, done_reason, blocked_requests, raw_reward, counters).
 - Tasks: ``load_tasks("miniwob:click-button,login-user" | "miniwob:all" | "<webarena config>.json")``;
   ``MINIWOB_UNSOLVABLE`` lists the package's tasks this action space + text observation cannot solve.
-- Task families (``TaskFamily``; ``MiniWoBFamily``, ``WebArenaFamily``, ``register_family`` for more): how
-  a kind of task loads, sets up its context, starts an episode, reports its status and scores exit();
-  WebEnv asks ``Task.family``'s family and never branches on the site.
+- Task families (``TaskFamily``; ``MiniWoBFamily`` here, ``WebArenaFamily`` in webarena.py, which this
+  module loads at its end and whose public names it forwards, ``register_family`` for more): how a kind of
+  task loads, sets up its context, starts an episode, reports its status and scores exit(); WebEnv asks
+  ``Task.family``'s family and never branches on the site.
 - Observation s_t: simplified HTML of the current viewport (``<tag id="N" attr="v"> text </tag>``),
   interactive elements numbered from 0 and stamped in the page as ``data-webagent-id``; one
   ``page.evaluate`` (EXTRACT_JS, which also returns the family's ``status_js`` value). ``max_obs_chars``
@@ -24,7 +25,8 @@ What it implements
   other requests and count them (info["blocked_requests"], by kind in info["blocked_kinds"]); every
   connection goes through this process's SandboxProxy (SOCKS5), which refuses any other host:port before
   resolving or connecting (redirect hops, workers, preconnects included); Chromium resolves no name itself;
-  WebRTC is removed; downloads and service workers are off. The program_html scoring context obeys the same.
+  WebRTC is removed; downloads are off; service-worker registration is refused (a worker that starts
+  anyway ends its context). The program_html scoring context obeys the same.
 - Faults: a crashed page, a closed context or a dead browser ends the episode (done_reason "crash", a
   reason in info); the next reset works (fresh context, browser relaunched).
 

@@ -656,9 +656,10 @@ def shared_action_push(trajs: list[Trajectory]) -> dict[str, float]:
     go wrong later). Its net weight in the loss is sum_i A_i / |tau_i| over the trajectories that took it
     (1/|a_ij| cancels over its tokens). A group's advantages sum to zero, so an action every trajectory took
     nets zero when all are equally long; but failures shorter than the successes (they stopped early) weigh
-    more per action, and the shared right action is pushed down. Per step (this rank): ``train/shared_actions`` such actions,
-    ``train/shared_pushed_down`` the fraction with a negative net weight under Eq. 2, and
-    ``train/shared_pushed_down_flat`` the same without the 1/|tau_i| factor (every action weighing 1)."""
+    more per action, and the shared right action is pushed down. Per step (this rank):
+    ``train/shared_actions`` such actions, ``train/shared_pushed_down`` the fraction with a negative net
+    weight under Eq. 2, and ``train/shared_pushed_down_flat`` the same without the 1/|tau_i| factor (every
+    action weighing 1)."""
     shared, down, down_flat = 0, 0, 0
     for valid, flat in group_outcomes(trajs)[0]:
         if flat:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import sys
 import tempfile
@@ -104,7 +103,8 @@ def main() -> None:
     cuda = device.type == "cuda"
     model = build(a.shape, device, dtype)
     n_params = sum(p.numel() for p in model.parameters())
-    body = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name and "lm_head" not in name)
+    body = sum(p.numel() for name, p in model.named_parameters()
+               if "embed_tokens" not in name and "lm_head" not in name)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     tokenizer = policy.build_tokenizer(["a b c d e f g"] * 10, vocab_size=300)
     cfg = trainlib.ds_config("configs/zero3.json", micro_batch=a.micro_batch, grad_accum=1, world_size=1,
@@ -173,7 +173,8 @@ def main() -> None:
     bc_flops = model_flops(hf_cfg, body, samples[:a.micro_batch], passes=3)
     mfu = (lambda flops, s: flops / s / (peak_tflops * 1e12) if peak_tflops else None)
     result = {
-        "shape": a.shape, "device": name, "dtype": str(dtype), "params": n_params, "attention": hf_cfg._attn_implementation,
+        "shape": a.shape, "device": name, "dtype": str(dtype), "params": n_params,
+        "attention": hf_cfg._attn_implementation,
         "zero_stage": trainlib.zero_stage(cfg), "samples": len(samples), "update_tokens": tokens,
         "update_seconds": t_update, "update_tokens_per_s": tokens / t_update,
         "update_mfu": mfu(update_flops, t_update), "bc_seconds_per_step": t_bc, "bc_tokens_per_s": bc_tokens / t_bc,

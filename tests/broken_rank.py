@@ -1,6 +1,7 @@
 """Run a repo script as one rank of a `deepspeed` launch with MiniWoB's files missing on local rank 1 once
 the tasks are loaded, as on a node whose install broke: every reset there fails for real (Chromium gets a
-404 for the task page), while rank 0 is healthy. Usage: deepspeed --num_gpus 2 tests/broken_rank.py train_mgrpo.py ARGS..."""
+404 for the task page), while rank 0 is healthy.
+Usage: deepspeed --num_gpus 2 tests/broken_rank.py train_mgrpo.py ARGS..."""
 import os
 import runpy
 import sys

@@ -513,7 +513,8 @@ def test_https_and_ipv6_origins_through_the_proxy(run, servers):
             value = await e.page.evaluate("window.__v")
             n = 0
             for u in outside[:3]:                          # the agent clicks links to the trainers itself
-                await e.reset(env.Task(f"sandbox/{kind}", "sandbox", "probe", page_url(site, body=f"<a id=l href='{u}'>go</a>")))
+                link = page_url(site, body=f"<a id=l href='{u}'>go</a>")
+                await e.reset(env.Task(f"sandbox/{kind}", "sandbox", "probe", link))
                 n = await e.page.get_attribute("#l", "data-webagent-id")
                 await e.step(f'do(action="Click", element="{n}")')
             got[kind] = (res.obs.url, value, res.info.get("blocked_requests", 0), e.page.url)

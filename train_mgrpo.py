@@ -97,6 +97,10 @@ class Args:
     task_sampling: Literal["rotation", "pq"] = "rotation"
     """which task each group gets: rotation (tasks in turn, the paper's) or pq (drawn with weight
     max(p(1-p), 0.02), p = the task's running rollout success: groups go where their rewards can differ)"""
+    action_weight: Literal["eq2", "flat"] = "eq2"
+    """weight of an action in the loss: eq2 = 1/(n G |tau_i| |a_ij|), the paper's (every trajectory weighs the
+    same, so a long trajectory's actions weigh less); flat = 1/(n G mean|tau| |a_ij|) (every action of a group
+    weighs the same: an action that successes and failures share nets zero, train/shared_pushed_down)"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     micro_batch: int = 4
@@ -244,7 +248,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
 
 
 def eq2_weights(group_of_traj: list[int], steps_per_traj: list[int], action_tokens: list[list[int]],
-                n_groups: int | None = None) -> list[list[float]]:
+                n_groups: int | None = None, flat: bool = False) -> list[list[float]]:
     """Per-action weights 1 / (n_groups * G_g * |tau_i| * |a_ij|) of Eq. 2.
 
     ``group_of_traj[i]`` is trajectory i's group, ``steps_per_traj[i] = |tau_i|`` and
@@ -252,11 +256,18 @@ def eq2_weights(group_of_traj: list[int], steps_per_traj: list[int], action_toke
     environment lost some), and ``n_groups`` defaults to the number of groups in the list (several ranks
     pass the total). Summed over its tokens an action weighs 1/(n G_g |tau_i|), a trajectory 1/(n G_g), a
     group 1/n and the batch 1: Eq. 2 averaged over the n groups of the batch. Micro-batches of samples then
-    simply add up.
+    simply add up. ``flat``: |tau_i| is replaced by the group's mean trajectory length, so every action of a
+    group weighs the same (a group still weighs 1/n); not the paper's (``--action-weight flat``).
     """
     size = collections.Counter(group_of_traj)
     n = n_groups or len(size)
-    return [[1.0 / (n * size[g] * steps_per_traj[i] * k) for k in action_tokens[i]]
+    steps = list(steps_per_traj)
+    if flat:
+        total: collections.Counter = collections.Counter()
+        for g, k in zip(group_of_traj, steps_per_traj):
+            total[g] += k
+        steps = [total[g] / size[g] for g in group_of_traj]
+    return [[1.0 / (n * size[g] * steps[i] * k) for k in action_tokens[i]]
             for i, g in enumerate(group_of_traj)]
 
 
@@ -272,7 +283,8 @@ class Batch:
     dropped: int                 # groups left out for having < 2 valid trajectories (environment failures)
 
 
-def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lambda n: n, world: int = 1) -> Batch:
+def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lambda n: n, world: int = 1,
+                action_weight: str = "eq2") -> Batch:
     """Trajectories -> the samples, advantages and Eq. 2 weights of one update.
 
     - A trajectory the environment ended (``env_error``: failed reset, crash, timeout) is not the policy's
@@ -283,6 +295,7 @@ def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lamb
     - Several ranks: ``reduce_sum`` adds a count over ranks (all-reduce) and ``world`` is their number. The
       weights use the total group count and are multiplied by ``world``, because DeepSpeed averages the
       ranks' gradients: the mean of the ranks' losses is then exactly Eq. 2 over every group of the step.
+    - ``action_weight="flat"``: eq2_weights(flat=True), the ablation of Eq. 2's 1/|tau_i|.
     """
     outcomes, dropped = group_outcomes(trajs)
     kept, flags = [], []
@@ -295,7 +308,8 @@ def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lamb
     n_total = reduce_sum(len(kept))   # groups in the loss, all ranks together
     rows = [(t, a) for valid, adv in kept for t, a in zip(valid, adv)]   # (an empty one still counts in G_g)
     weights = eq2_weights([t.group for t, _ in rows], [len(t.samples) for t, _ in rows],
-                          [[sum(s.mask) for s in t.samples] for t, _ in rows], n_groups=n_total or None)
+                          [[sum(s.mask) for s in t.samples] for t, _ in rows], n_groups=n_total or None,
+                          flat=action_weight == "flat")
     batch = Batch([], [], [], len(kept), flags, dropped)
     for (t, a), w_t in zip(rows, weights):
         for s, w in zip(t.samples, w_t):
@@ -498,7 +512,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 t_rollout = time.time() - t0
 
                 # ---- advantages and weights, then the update (Eq. 2) ----
-                batch = mgrpo_batch(trajs, args.zero_std, reduce_sum=_all_reduce_sum, world=world)
+                batch = mgrpo_batch(trajs, args.zero_std, reduce_sum=_all_reduce_sum, world=world,
+                                    action_weight=args.action_weight)
                 learn = _all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
                 engine.module.train()

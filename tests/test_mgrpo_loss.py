@@ -1,6 +1,7 @@
 """mgrpo_loss against a slow reference written term by term from Eq. 2 with Python loops; the batch, the task
 sampler and dynamic sampling on made-up trajectories."""
 import asyncio
+import collections
 import json
 import math
 import random
@@ -337,3 +338,22 @@ def test_shared_action_push_of_shorter_failures():
     long_fail = [traj(1, 1.0, [1, 9]) for _ in range(3)] + [traj(1, 0.0, [1, 2, 3, 4])]
     assert shared_action_push(long_fail)["train/shared_pushed_down"] == 0.0
     assert shared_action_push([traj(2, 1.0, [1]) for _ in range(4)])["train/shared_actions"] == 0   # no signal
+
+
+def test_flat_action_weight_keeps_group_totals_and_zeroes_shared_actions():
+    """--action-weight flat: every action of a group weighs 1/(n G mean|tau| |a|), a group still sums to 1/n,
+    and an action that every trajectory of the group took (same context, same ids) nets zero."""
+    steps, toks, groups = [3, 3, 3, 2, 1, 5], [[2, 1, 1], [2, 2, 2], [1, 1, 1], [2, 1], [4], [1] * 5], [0, 0, 0, 0, 1, 1]
+    for flat in (False, True):
+        w = eq2_weights(groups, steps, toks, flat=flat)
+        per_group = collections.Counter()
+        for g, wt, tk in zip(groups, w, toks):
+            per_group[g] += sum(x * k for x, k in zip(wt, tk))
+        assert per_group[0] == pytest.approx(0.5) and per_group[1] == pytest.approx(0.5)
+    w = eq2_weights(groups, steps, toks, flat=True)
+    per_action = [wt[0] * tk[0] for wt, tk in zip(w[:4], toks[:4])]                   # first action, group 0
+    assert max(per_action) == pytest.approx(min(per_action))                            # all equal
+    adv = group_advantages(torch.tensor([1.0, 1.0, 1.0, 0.0]), 4)
+    assert float((adv * torch.tensor(per_action)).sum()) == pytest.approx(0.0, abs=1e-7)
+    eq2 = [wt[0] * tk[0] for wt, tk in zip(eq2_weights(groups, steps, toks)[:4], toks[:4])]
+    assert float((adv * torch.tensor(eq2)).sum()) < 0                                    # the short failure wins

@@ -16,8 +16,9 @@ Loading (both rubrics read the same Task):
   They are substituted at load in start_url and in the whole eval dict; a missing variable is a load error.
 - Task.allowed_hosts = the origins ("host:port", the scheme's default port filled in) of the start tabs, of
   reference_url / program_html URLs, of every site in `sites` whose URL variable (WA_SHOPPING, ...) is set
-  (cross-site tasks start on one site and finish on another), and of $WA_EXTRA_ORIGINS (comma-separated URLs or host:port). Ports, not whole hosts: with the sites on
-  127.0.0.1, a host-wide entry let a page reach every local service (a vLLM server, DeepSpeed's port).
+  (cross-site tasks start on one site and finish on another), and of $WA_EXTRA_ORIGINS (comma-separated
+  URLs or host:port). Ports, not whole hosts: with the sites on 127.0.0.1, a host-wide entry let a page
+  reach every local service (a vLLM server, DeepSpeed's port).
   The map site's page (OpenStreetMap website, :3000) calls backends on other ports, in WebArena's setup
   (webarena-map-backend-boot-init.yaml) tiles :8080, Nominatim geocoding :8085 and OSRM routing :5000
   (car) / :5001 (bike) / :5002 (foot), often on a separate host: list them in WA_EXTRA_ORIGINS, e.g.
@@ -28,12 +29,12 @@ Loading (both rubrics read the same Task):
   unknown keys, eval types, url_note rules and locators are load errors.
 Scoring: ``rubric`` picks VisualAgentBench's WebArena-Lite evaluators ("vab", the paper's) or WebArena's
 original ones ("webarena"), each reproduced with its quirks; the rules and their differences are in the
-comments below and in README.md ("Rubrics"). Common to both:
+comments below and in docs/webarena.md ("Rubrics"). Common to both:
 - program_html: url "last" = the page now; another URL (or `func:helper(...)` returning one) is opened in a
   probe page of a fresh context that holds a copy of the agent's cookies and local storage, so the agent's
   tabs are untouched (the originals navigate the agent's page; a new tab of the agent's own context would
   become the env's active tab); later "last" targets read the probe page, as they read the navigated page
-  there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, or
+  there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, a `lambda:` JS function (VAB only), or
   `func:name(args)` calling helpers[name](page, *args) (sync or async). The call is parsed, never
   eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the page is always the
   first argument) and `__last_url__` (the page's URL, also replaced inside strings).

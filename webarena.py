@@ -34,8 +34,8 @@ comments below and in docs/webarena.md ("Rubrics"). Common to both:
   probe page of a fresh context that holds a copy of the agent's cookies and local storage, so the agent's
   tabs are untouched (the originals navigate the agent's page; a new tab of the agent's own context would
   become the env's active tab); later "last" targets read the probe page, as they read the navigated page
-  there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, a `lambda:` JS function (VAB only), or
-  `func:name(args)` calling helpers[name](page, *args) (sync or async). The call is parsed, never
+  there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, a `lambda:` JS
+  function (VAB only), or `func:name(args)` calling helpers[name](page, *args) (sync or async). The call is parsed, never
   eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the page is always the
   first argument) and `__last_url__` (the page's URL, also replaced inside strings).
 - A judge or helper that is needed but missing scores 0 and logs a warning; every failed check leaves a

@@ -35,8 +35,8 @@ comments below and in docs/webarena.md ("Rubrics"). Common to both:
   tabs are untouched (the originals navigate the agent's page; a new tab of the agent's own context would
   become the env's active tab); later "last" targets read the probe page, as they read the navigated page
   there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, a `lambda:` JS
-  function (VAB only), or `func:name(args)` calling helpers[name](page, *args) (sync or async). The call is parsed, never
-  eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the page is always the
+  function (VAB only), or `func:name(args)` calling helpers[name](page, *args) (sync or async). The call
+  is parsed, never eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the page is always the
   first argument) and `__last_url__` (the page's URL, also replaced inside strings).
 - A judge or helper that is needed but missing scores 0 and logs a warning; every failed check leaves a
   reason in `details["reasons"]` when the caller passes a `details` dict. Scores of eval types multiply.

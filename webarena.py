@@ -36,8 +36,8 @@ comments below and in docs/webarena.md ("Rubrics"). Common to both:
   become the env's active tab); later "last" targets read the probe page, as they read the navigated page
   there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, a `lambda:` JS
   function (VAB only), or `func:name(args)` calling helpers[name](page, *args) (sync or async). The call
-  is parsed, never eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the page is always the
-  first argument) and `__last_url__` (the page's URL, also replaced inside strings).
+  is parsed, never eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the
+  page is always the first argument) and `__last_url__` (the page's URL, also replaced inside strings).
 - A judge or helper that is needed but missing scores 0 and logs a warning; every failed check leaves a
   reason in `details["reasons"]` when the caller passes a `details` dict. Scores of eval types multiply.
 - `func:` helpers: the five that the public configs name are built in (WEBARENA_HELPERS, "helper functions"

@@ -65,6 +65,7 @@ import html
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import time
@@ -136,11 +137,15 @@ class Args:
     gains nothing from more: 2 threads on a busy 2-core box were 9x slower), torch's default on GPU"""
     smoke: bool = False
     """tiny settings for a pipeline check: at most 2 episodes, 3 steps, 32 new tokens"""
+    reuse: str = ""
+    """comma list of earlier --out directories whose runs join this one's tables and paired differences
+    (checked: same episodes, budget and decoding), so a new model is compared with models evaluated before
+    without running them again; with --model "" only the tables are rebuilt"""
 
 
 # ---- models and episodes ----
 
-def parse_models(spec: str) -> list[tuple[str, str]]:
+def parse_models(spec: str, allow_empty: bool = False) -> list[tuple[str, str]]:
     """``"a=ckpt/bc/hf,tiny:layers=4,hidden=256"`` -> ``[("a", "ckpt/bc/hf"), ("tiny:layers=4,hidden=256",
     "tiny:layers=4,hidden=256")]``: entries are split at commas, except that the ``key=value`` options of a
     ``tiny:`` spec stay with it."""
@@ -164,7 +169,7 @@ def parse_models(spec: str) -> list[tuple[str, str]]:
     names = [n for n, _ in out]
     if len(set(names)) != len(names):
         raise SystemExit(f"--model: duplicate names in {names}; use NAME=PATH")
-    if not out:
+    if not out and not allow_empty:
         raise SystemExit("--model: no model given")
     return out
 
@@ -310,6 +315,51 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
                 log.warning("openai backend: %d requests failed (%s)", backend.stats["failed"], backend.stats)
         return backend, shared_tokenizer, close
     raise AssertionError(args.backend)   # Literal: parse_args refused anything else
+
+
+def load_reused(dirs: str, args: Args, jobs: list[tuple[webenv.Task, int]], new_runs: list[str],
+                out: Path) -> list[dict]:
+    """The episodes of earlier evaluations (``--reuse``) that this run also evaluates: every reused run must
+    have evaluated each of them (same task and seed) under the same interaction budget and decoding settings,
+    else a SystemExit names what differs. Screenshot paths are rewritten to point from ``out``'s viewer."""
+    wanted = {(t.task_id, t.seed) for t, _ in jobs}
+    budget = max(t.max_steps for t, _ in jobs)
+    same = ("rubric", "group_by", "compress", "temperature", "top_p", "max_new_tokens", "max_context",
+            "max_obs_chars")
+    mine = {k: v for k, v in trainlib.args_dict(args).items() if k in same}
+    records: list[dict] = []
+    seen = set(new_runs)
+    for d in (x.strip() for x in dirs.split(",") if x.strip()):
+        path = Path(d)
+        if path.resolve() == out.resolve():
+            raise SystemExit(f"--reuse {d}: that is --out, which this run overwrites; evaluate into another one")
+        try:
+            old = json.loads((path / "results.json").read_text())
+            lines = (path / "trajectories.jsonl").read_text().splitlines()
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--reuse {d}: not an evaluation's output directory ({e})") from None
+        theirs = {k: v for k, v in old["args"].items() if k in same}
+        if max(old["budgets"]) != budget or theirs != mine:
+            diff = {k: (theirs.get(k), mine.get(k)) for k in mine if theirs.get(k) != mine.get(k)}
+            if max(old["budgets"]) != budget:
+                diff["max_steps"] = (max(old["budgets"]), budget)
+            raise SystemExit(f"--reuse {d}: evaluated with other settings (theirs, this run's): {diff}")
+        recs = [r for r in map(json.loads, lines) if (r["task"], r["seed"]) in wanted]
+        for run in dict.fromkeys(r["run"] for r in recs):
+            if run in seen:
+                raise SystemExit(f"--reuse {d}: run {run!r} is already in this evaluation; rename it with NAME=PATH")
+            seen.add(run)
+            missing = wanted - {(r["task"], r["seed"]) for r in recs if r["run"] == run}
+            if missing:
+                raise SystemExit(f"--reuse {d}: run {run!r} lacks {len(missing)} of this run's episodes, "
+                                 f"e.g. {sorted(missing)[0]}")
+        rel = Path(os.path.relpath(path / "viewer", out / "viewer"))
+        for r in recs:
+            r["final_screenshot"] = r["final_screenshot"] and str(rel / r["final_screenshot"])
+            for st in r["steps"]:
+                st["screenshot"] = st.get("screenshot") and str(rel / st["screenshot"])
+        records += recs
+    return records
 
 
 # ---- metrics ----
@@ -665,7 +715,7 @@ def main(args: Args) -> dict[str, Any]:
         args.episode.max_new_tokens = min(args.episode.max_new_tokens, 32)
     log.info("args %s", json.dumps(trainlib.args_dict(args)))
     # derived
-    models = parse_models(args.model)
+    models = parse_models(args.model, allow_empty=bool(args.reuse))
     prompts = [p.strip() for p in args.compare_prompts.split(",") if p.strip()] or [args.episode.prompt]
     for p in prompts:
         if p not in compress.PROMPT_KINDS:
@@ -673,13 +723,19 @@ def main(args: Args) -> dict[str, Any]:
     budgets = parse_budgets(args.max_steps)
     tasks = webenv.load_tasks(args.tasks)
     out = Path(args.out)
+    reused = load_reused(args.reuse, args, episode_tasks(tasks, args.episodes, budgets[-1], args.seed_start),
+                         [n for n, _ in models], out) if args.reuse else []
     out.mkdir(parents=True, exist_ok=True)
     if args.screenshots:   # a fresh viewer: stale screenshots of an earlier run would be shown otherwise
         shutil.rmtree(out / "viewer", ignore_errors=True)
         (out / "viewer").mkdir()
 
     t0 = time.time()
-    records = asyncio.run(evaluate_all(args, models, prompts, tasks, budgets[-1], out))
+    records = asyncio.run(evaluate_all(args, models, prompts, tasks, budgets[-1], out)) if models else []
+    if reused:   # the reused runs first (the models compared against), then this run's
+        records = reused + records
+        with (out / "trajectories.jsonl").open("w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
 
     # ---- results ----
     runs = summarize(records, budgets)

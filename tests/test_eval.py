@@ -184,6 +184,34 @@ def test_viewer_renders_every_step_with_screenshots(openai_run):
 
 # ---- pure helpers ----
 
+def test_reuse_joins_earlier_runs_to_the_tables(tiny_run, tmp_path):
+    """--reuse: an earlier evaluation's runs join a new one's tables and paired differences (with no new
+    model, the tables alone are rebuilt); other settings, missing episodes or a clashing name are refused."""
+    common = ["--smoke", "--tasks", TASKS, "--max-steps", "1,2", "--max-new-tokens", "8"]
+
+    def run(out, *extra):
+        return ev.main(trainlib.parse_args(ev.Args, [*common, "--out", str(out), *extra]))
+    old, _ = _load(tiny_run)
+    only = run(tmp_path / "tables", "--model", "", "--reuse", str(tiny_run))
+    assert only["runs"] == old["runs"]
+    again = run(tmp_path / "again", "--model", "again=tiny", "--reuse", str(tiny_run))
+    results, records = _load(tmp_path / "again")
+    _check_consistent(results, records)
+    assert list(results["runs"]) == ["untrained", "again"] and results["runs"]["untrained"] == old["runs"]["untrained"]
+    assert again["paired"]["again - untrained"]["n"] == 4
+    viewer = tmp_path / "again" / "viewer"
+    shots = [s["screenshot"] for r in records for s in r["steps"] if r["run"] == "untrained"]
+    assert shots and all((viewer / s).is_file() for s in shots)   # the reused screenshots, from the new viewer
+    assert all(f'src="{s}"' in (viewer / "index.html").read_text() for s in shots)
+    for extra, why in ((["--max-steps", "1,3"], "max_steps"), (["--temperature", "0.5"], "temperature"),
+                       (["--tasks", TASKS + ",click-link"], "lacks 2 of this run's episodes"),
+                       (["--model", "untrained=tiny"], "already in this evaluation")):
+        with pytest.raises(SystemExit, match=why):
+            run(tmp_path / "refused", "--model", "x=tiny", "--reuse", str(tiny_run), *extra)
+    with pytest.raises(SystemExit, match="that is --out"):
+        run(tiny_run, "--model", "", "--reuse", str(tiny_run))
+
+
 def test_parse_models_keeps_tiny_options_together():
     assert ev.parse_models("bc=ckpt/bc/hf, tiny:layers=4,hidden=256,rl=ckpt/rl/hf") == [
         ("bc", "ckpt/bc/hf"), ("tiny:layers=4,hidden=256", "tiny:layers=4,hidden=256"), ("rl", "ckpt/rl/hf")]

@@ -5,6 +5,10 @@
 # env.EVAL_SEEDS), then one table of every run with paired differences, beside the first pass's models
 # (runs/validation/val: base, BC 150, BC 300, RL from BC 150). The control "BC continued for RL's wall time"
 # is BC 600: 300 more BC steps take 7.9 minutes, M-GRPO's 48 steps 7.5.
+# The rule, fixed before any of these runs was evaluated: a lever is adopted if its run beats rl300 (no lever)
+# by at least one standard error, paired; the adopted levers together make one more run (rl300-combined,
+# added here once they are known), and the demo uses it if it is at least as good as the best single adopted
+# lever, else that lever alone; nothing adopted: the demo keeps its settings.
 # A run or evaluation whose output exists is not run again.  bash scripts/demo_levers.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."

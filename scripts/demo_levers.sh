@@ -24,8 +24,10 @@ declare -A LEVERS=(
   [rl300-ds3-pq]="--dynamic-sampling 3 --task-sampling pq"   # groups whose rewards differ, tasks with room
   [rl300-t07]="--temperature 0.7"                        # rollouts nearer the greedy policy evaluated
   [rl300-flat]="--action-weight flat"                    # every action of a group weighs the same
+  # added after the five above were evaluated: the levers the rule adopted (each beat rl300 by >= 1 SE)
+  [rl300-combined]="--lr 1e-5 --dynamic-sampling 3 --task-sampling pq --temperature 0.7 --action-weight flat"
 )
-ORDER=(rl300 rl300-lr1e-5 rl300-ds3-pq rl300-t07 rl300-flat)
+ORDER=(rl300 rl300-lr1e-5 rl300-ds3-pq rl300-t07 rl300-flat rl300-combined)
 [ $# -gt 0 ] && ORDER=("$@")
 
 evaluate() {   # NAME PATH: greedy on the validation pages, alone (the table joins the runs with --reuse)
@@ -38,7 +40,7 @@ evaluate bc600 "$VAL/bc600/hf"
 REUSE="$VAL/val,$VAL/evals/bc600"
 for name in "${ORDER[@]}"; do
   [ -n "${LEVERS[$name]+x}" ] || { echo "unknown lever run $name (one of: ${!LEVERS[*]})" >&2; exit 2; }
-  [ -d "$VAL/$name/hf" ] || { stage "M-GRPO from BC 300: $name (${LEVERS[$name]:-the demo's settings})"
+  [ -d "$VAL/$name/hf" ] || { stage "M-GRPO from BC 300: $name (${LEVERS[$name]:-no lever})"
     # shellcheck disable=SC2086  # the flags split into words
     rl "$VAL/bc300/hf" "$VAL/$name" "$RL_STEPS" "$NEW" ${LEVERS[$name]}; }
   evaluate "$name" "$VAL/$name/hf"

@@ -16,6 +16,7 @@
 #   SUITE_SIZE=smoke|default   (default: default, 22 minutes on a 2-core CPU box, measured)
 #   SUITE_OUT_DEMOS=0          logged-out stop-newsletter demonstrations to add (0: the paper's example; with
 #                              3, BC already solves the logged-out starts: README, section Site suite)
+#   SUITE_EVAL=30              held-out episodes per column (start type) in the evaluation
 #   SUITE_MODEL=tiny:...       the model BC starts from (an HF checkpoint dir works too)
 #   SUITE_OUT=runs/demo-suite  where everything goes
 set -euo pipefail
@@ -34,6 +35,7 @@ case "$SIZE" in
   default) EPISODES=30; BC_STEPS=100; RL_STEPS=14; B=4; G=4; EVAL=30 ;;
   *) echo "SUITE_SIZE must be smoke or default" >&2; exit 2 ;;
 esac
+EVAL=${SUITE_EVAL:-$EVAL}
 TURNS=10        # the logged-out expert needs 7 interactions
 TEMP=0.5        # rollout temperature: at the paper's T = 1 the tiny BC policy breaks the action format in ~70% of
                 # its responses (greedy: none), so few groups hold a success to learn from (README, Site suite)

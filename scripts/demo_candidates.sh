@@ -12,13 +12,13 @@
 #   CAND_OUT=runs/candidates   where everything goes; CAND_EPISODES=20; CAND_VAL=30
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # PY, BASE, TASKS (the saturated 8), stage, bc
+source scripts/demo_common.sh            # PY, BASE, SATURATED_TASKS, stage, bc
 OUT=${CAND_OUT:-runs/candidates}
 EPISODES=${CAND_EPISODES:-20}
 VAL=${CAND_VAL:-30}
 mkdir -p "$OUT"
 
-CANDIDATES=$($PY - "$TASKS" <<'EOF'
+CANDIDATES=$($PY - "$SATURATED_TASKS" <<'EOF'
 import sys
 import experts
 demo = set(sys.argv[1].split(":", 1)[1].split(","))

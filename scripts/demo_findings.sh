@@ -16,7 +16,8 @@
 # FINDINGS_SIZE=smoke runs every stage in seconds-long budgets on 2 tasks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # the demo's TASKS, MODEL, stage, bc, rl
+source scripts/demo_common.sh            # SATURATED_TASKS, MODEL, stage, bc, rl
+TASKS=$SATURATED_TASKS                   # the tasks these findings were measured on (scripts/demo.sh reads it)
 DEMO=${DEMO_OUT:-runs/demo-scratch}
 OUT=${FINDINGS_OUT:-runs/findings}
 STAGES=${FINDINGS:-tts plain cot zero}
@@ -30,7 +31,7 @@ mkdir -p "$OUT"
 
 if [ ! -d "$DEMO/rl/hf" ]; then
   stage "make demo first ($DEMO)"
-  DEMO_OUT="$DEMO" DEMO_MODEL="$MODEL" DEMO_EPISODES=$EPISODES DEMO_BC_STEPS=$BC_STEPS DEMO_BC_LR=2e-3 \
+  DEMO_OUT="$DEMO" DEMO_TASKS="$TASKS" DEMO_RL_FLAGS="" DEMO_ZERO=0 DEMO_MODEL="$MODEL" DEMO_EPISODES=$EPISODES DEMO_BC_STEPS=$BC_STEPS DEMO_BC_LR=2e-3 \
     DEMO_EVAL=$EVAL bash scripts/demo.sh
 fi
 

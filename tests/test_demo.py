@@ -16,10 +16,10 @@ def test_demo_pipeline_smoke(tmp_path):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     for stage in ("1/4 expert demonstrations", "2/4 behavior cloning of assets/tiny-web-base", "3/4 M-GRPO",
-                  "4/4 evaluation"):
+                  "3b/4 R1-Zero", "4/4 evaluation"):
         assert stage in log
     table = (out / "eval" / "results.md").read_text()
-    for row in ("| base |", "| bc |", "| rl |"):
+    for row in ("| base |", "| bc |", "| rl |", "| r1-zero |", "| rl - bc |", "| r1-zero - base |"):
         assert row in table and row in log            # the table is printed at the end
     results = json.loads((out / "eval" / "results.json").read_text())
     assert results and (out / "eval" / "viewer" / "index.html").exists()

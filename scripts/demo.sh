@@ -4,8 +4,8 @@
 # BC checkpoint, and R1-Zero (M-GRPO from the base, no BC, same budget) -> evaluation of the base, BC, BC +
 # M-GRPO and R1-Zero on held-out seeds, then one success-rate table with paired differences.
 #
-#   DEMO_SIZE=smoke|default|long   (default: default, about 40 minutes on a 2-core CPU box, estimated from
-#                                  its stages' measured times; the test run will give the total)
+#   DEMO_SIZE=smoke|default|long   (default: default, 36 minutes on a 2-core CPU box, measured from a
+#                                  fresh clone; smoke: a few minutes)
 #   DEMO_TASKS=saturated           the first demo's 8 tasks, where BC saturates, with that demo's settings
 #                                  (BC 150 steps, M-GRPO at lr 1e-4): docs/results.md, the saturated case
 #   DEMO_ZERO=0                    skip R1-Zero

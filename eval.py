@@ -323,10 +323,10 @@ def load_reused(dirs: str, args: Args, jobs: list[tuple[webenv.Task, int]], new_
     have evaluated each of them (same task and seed) under the same interaction budget and decoding settings,
     else a SystemExit names what differs. Screenshot paths are rewritten to point from ``out``'s viewer."""
     wanted = {(t.task_id, t.seed) for t, _ in jobs}
-    budget = max(t.max_steps for t, _ in jobs)
     same = ("rubric", "group_by", "compress", "temperature", "top_p", "max_new_tokens", "max_context",
             "max_obs_chars")
     mine = {k: v for k, v in trainlib.args_dict(args).items() if k in same}
+    mine["max_steps"] = max(t.max_steps for t, _ in jobs)
     records: list[dict] = []
     seen = set(new_runs)
     for d in (x.strip() for x in dirs.split(",") if x.strip()):
@@ -338,11 +338,9 @@ def load_reused(dirs: str, args: Args, jobs: list[tuple[webenv.Task, int]], new_
             lines = (path / "trajectories.jsonl").read_text().splitlines()
         except (OSError, ValueError) as e:
             raise SystemExit(f"--reuse {d}: not an evaluation's output directory ({e})") from None
-        theirs = {k: v for k, v in old["args"].items() if k in same}
-        if max(old["budgets"]) != budget or theirs != mine:
-            diff = {k: (theirs.get(k), mine.get(k)) for k in mine if theirs.get(k) != mine.get(k)}
-            if max(old["budgets"]) != budget:
-                diff["max_steps"] = (max(old["budgets"]), budget)
+        theirs = {k: v for k, v in old["args"].items() if k in same} | {"max_steps": max(old["budgets"])}
+        if theirs != mine:
+            diff = {k: (theirs.get(k), mine[k]) for k in mine if theirs.get(k) != mine[k]}
             raise SystemExit(f"--reuse {d}: evaluated with other settings (theirs, this run's): {diff}")
         recs = [r for r in map(json.loads, lines) if (r["task"], r["seed"]) in wanted]
         for run in dict.fromkeys(r["run"] for r in recs):

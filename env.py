@@ -89,8 +89,13 @@ from compress import parse_response   # the response format (<think> / <answer>)
 log = logging.getLogger("webagent.env")
 
 
-#: MiniWoB episode seeds: demonstrations and RL rollouts use TRAIN_SEEDS, evaluation uses EVAL_SEEDS, so
-#: held-out evaluation never sees a training page.
+#: MiniWoB episode seeds (one seed = one page), in four disjoint ranges so that no two uses share a page:
+#: demonstrations (experts.py), RL rollouts (train_mgrpo.py, which wraps around inside its range whatever
+#: --seed and the run's length say), validation pages for choosing settings (eval.py --seed-start 500000)
+#: and the held-out test pages (eval.py's default). TRAIN_SEEDS is everything that is not a test page.
+DEMO_SEEDS = range(0, 100_000)
+RL_SEEDS = range(100_000, 500_000)
+VALID_SEEDS = range(500_000, 1_000_000)
 TRAIN_SEEDS = range(0, 1_000_000)
 EVAL_SEEDS = range(1_000_000, 2_000_000)
 

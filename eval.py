@@ -4,7 +4,7 @@ baselines over an OpenAI-compatible endpoint, and a static HTML viewer of every 
 
 What it implements
 - Episodes: MiniWoB++ episode e of task t runs on the held-out page ``env.EVAL_SEEDS[e]`` (never a training
-  seed: demonstrations and RL use ``env.TRAIN_SEEDS``); a WebArena / WebArena-Lite config runs each task
+  seed: demonstrations use ``env.DEMO_SEEDS``, RL ``env.RL_SEEDS``); a WebArena / WebArena-Lite config runs each task
   ``--episodes`` times (use 1: WebArena tasks have no seed). The episode loop is ``rollout.rollout``
   (render with dynamic context compression -> generate -> ``env.step``), the one the RL trainer uses, run by
   ``rollout.Runner`` in ``--concurrency`` browser contexts of one Chromium (``env.BrowserPool``), with a tqdm
@@ -101,7 +101,7 @@ class Args:
     """episodes per task; episode e uses the held-out seed env.EVAL_SEEDS[e] (MiniWoB: page e)"""
     seed_start: int = -1
     """-1: episode e uses env.EVAL_SEEDS[e] (the held-out test pages); N >= 0: seed N + e, e.g. 500000 for a
-    validation range inside TRAIN_SEEDS, away from demonstrations (0..) and RL pages (0..~10,000)"""
+    validation range (env.VALID_SEEDS, 500000..: never a demonstration or RL page)"""
     out: str = "results/eval"
     """output directory: results.json, results.md, trajectories.jsonl, viewer/, test_time_scaling.png"""
     backend: Literal["hf", "vllm", "openai"] = "hf"

@@ -52,9 +52,10 @@ How solvers behave (and how this departs from the paper)
 - Demonstrations run with a 10 s action timeout (``ENV_KWARGS``) instead of env.py's 2 s, so that a
   busy 2-core box does not fail them; observations are unaffected.
 
-Seeds: ``TRAIN_SEEDS`` (0 .. 999_999) for demonstrations and training, ``EVAL_SEEDS``
-(1_000_000 .. 1_999_999) for held-out evaluation; the ranges are disjoint, so no evaluation page is
-ever seen in training. ``--split eval`` draws from the evaluation range (used by the tests).
+Seeds: ``--split train`` draws from ``env.DEMO_SEEDS`` (0 .. 99_999), ``--split eval`` from ``env.EVAL_SEEDS``
+(1_000_000 .. 1_999_999, used by the tests); RL rollouts (``env.RL_SEEDS``) and validation pages
+(``env.VALID_SEEDS``) have ranges of their own, so no page is both demonstrated and rolled out, selected on
+or tested on.
 
 Run:
     python experts.py --tasks experts --episodes 100 --out data/demos.jsonl       # every covered task
@@ -101,7 +102,7 @@ log = logging.getLogger("experts")
 # ---- seeds ----
 
 # One definition, in env.py (eval.py and train_mgrpo.py use the same ranges):
-TRAIN_SEEDS = webenv.TRAIN_SEEDS     # range(0, 1_000_000): demonstrations, BC and RL training pages
+TRAIN_SEEDS = webenv.DEMO_SEEDS      # range(0, 100_000): demonstrations (RL and validation have their own)
 EVAL_SEEDS = webenv.EVAL_SEEDS       # range(1_000_000, 2_000_000): held-out evaluation pages
 SPLITS = {"train": TRAIN_SEEDS, "eval": EVAL_SEEDS}
 
@@ -1005,7 +1006,7 @@ class Args:
     episodes: int = 100
     """episodes (seeds) per task; only successful ones are written"""
     split: Literal["train", "eval"] = "train"
-    """seed range: 'train' (TRAIN_SEEDS, 0..999999) or 'eval' (EVAL_SEEDS, 1000000..1999999)"""
+    """seed range: 'train' (env.DEMO_SEEDS, 0..99999) or 'eval' (env.EVAL_SEEDS, 1000000..1999999)"""
     seed_offset: int = 0
     """first seed = start of the split + seed_offset (episode i uses start + seed_offset + i)"""
     out: str = "data/demos.jsonl"

@@ -32,7 +32,7 @@ What it implements
   ``log-in`` always starts logged out.
 - ``SuiteFamily`` (registered as "suite"): ``env.load_tasks("suite:all")`` or ``"suite:edit-profile,add-to-cart"``
   gives one Task per family; callers set the seed per episode (``dataclasses.replace(task, seed=s)``, as for
-  MiniWoB; training uses env.TRAIN_SEEDS, evaluation env.EVAL_SEEDS); ``setup_context`` sets the sandbox
+  MiniWoB; demonstrations use env.DEMO_SEEDS, RL env.RL_SEEDS, evaluation env.EVAL_SEEDS); ``setup_context`` sets the sandbox
   cookie and, for a ``require_login`` config, the cookies of its ``storage_state`` file; ``start`` fills in
   the concrete intent and eval. The server starts lazily in a thread on first load (or set
   ``SITESUITE_URL`` to use one started by hand).
@@ -996,7 +996,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.configs:
         names = list(FAMILIES) if args.tasks == "all" else args.tasks.split(",")
-        seeds = webenv.TRAIN_SEEDS if args.split == "train" else webenv.EVAL_SEEDS
+        seeds = webenv.DEMO_SEEDS if args.split == "train" else webenv.EVAL_SEEDS
         base = os.environ.get("SITESUITE_URL", f"http://127.0.0.1:{args.port}").rstrip("/")
         configs = [task_config(n, seeds[i], base, standalone=True) for n in names for i in range(args.n)]
         Path(args.configs).write_text(json.dumps(configs, indent=1))

@@ -101,6 +101,14 @@ class Args:
     """weight of an action in the loss: eq2 = 1/(n G |tau_i| |a_ij|), the paper's (every trajectory weighs the
     same, so a long trajectory's actions weigh less); flat = 1/(n G mean|tau| |a_ij|) (every action of a group
     weighs the same: an action that successes and failures share nets zero, train/shared_pushed_down)"""
+    invalid_turns: Literal["keep", "no-credit"] = "keep"
+    """an unparsable response (a turn env.py answered with a parse error): keep (the paper's: it shares its
+    trajectory's advantage, positive in a success) or no-credit (its advantage is min(A_i, 0): a broken turn is
+    never pushed up)"""
+    group_norm: Literal["kept", "all"] = "kept"
+    """Eq. 2's 1/n: kept (n = the groups in the loss, so a step with one informative group moves the policy as
+    far as one with all of them) or all (n = every group the step rolled out, as TRL and verl divide by the
+    batch: the step shrinks with the fraction of groups that carry a signal)"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     micro_batch: int = 4
@@ -129,6 +137,12 @@ class Args:
     """CPU only: torch threads of generation (0 = torch's default; 1 is fastest while Chromium shares the cores)"""
     update_threads: int = 0
     """CPU only: torch threads of the update, which runs while the browsers are idle (0 = torch's default)"""
+    eval_every: int = 0
+    """every N steps (and before the first), greedy success on --eval-pages validation pages per task
+    (env.VALID_SEEDS, the first pages of eval.py --seed-start 500000), logged as val/* and drawn in
+    dynamics.png, so improvement or collapse shows while the run goes (0: never)"""
+    eval_pages: int = 5
+    """validation pages per task of each --eval-every check"""
     save_every: int = 10
     """checkpoint every N steps (0: only at the end)"""
     time_budget: float = 0.0
@@ -139,9 +153,11 @@ class Args:
 
 def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int) -> list[webenv.Task]:
     """Groups cursor .. cursor+n-1 of the run: group k takes task k mod len(tasks) with its own episode
-    seed from env.TRAIN_SEEDS (disjoint from the held-out env.EVAL_SEEDS; families without seeds ignore it)."""
-    return [dataclasses.replace(tasks[k % len(tasks)],
-                                seed=webenv.TRAIN_SEEDS[(seed * 7919 + k) % len(webenv.TRAIN_SEEDS)])
+    seed from env.RL_SEEDS, which the demonstrations (env.DEMO_SEEDS), the validation pages (env.VALID_SEEDS)
+    and the test pages (env.EVAL_SEEDS) never use: RL does not replay pages BC memorised, and no run length or
+    ``seed`` reaches a page that selects or measures it (families without seeds ignore it)."""
+    rl = webenv.RL_SEEDS
+    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k) % len(rl)])
             for k in range(cursor, cursor + n)]
 
 
@@ -225,12 +241,13 @@ async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
 
 # ---- log-probs of a batch of samples ----
 
-def forward_logprobs(model, samples: list[Sample], pad_id: int, device) -> tuple[torch.Tensor, ...]:
-    """Log-probs and entropies of the action tokens under ``model`` for right-padded samples: [N, L] each (0
-    off the mask), + mask [N, L]."""
+def forward_logprobs(model, samples: list[Sample], pad_id: int, device,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """Log-probs and entropies of the action tokens under ``model`` at ``temperature`` (the distribution the
+    rollouts sampled from: logits / T) for right-padded samples: [N, L] each (0 off the mask), + mask [N, L]."""
     ids, attn, mask = trainlib.pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-    logp, ent, _ = trainlib.action_logprobs(model, ids, attn, mask)
+    logp, ent, _ = trainlib.action_logprobs(model, ids, attn, mask, temperature=temperature)
     return logp, ent, mask
 
 
@@ -284,7 +301,7 @@ class Batch:
 
 
 def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lambda n: n, world: int = 1,
-                action_weight: str = "eq2") -> Batch:
+                action_weight: str = "eq2", invalid_turns: str = "keep", group_norm: str = "kept") -> Batch:
     """Trajectories -> the samples, advantages and Eq. 2 weights of one update.
 
     - A trajectory the environment ended (``env_error``: failed reset, crash, timeout) is not the policy's
@@ -296,6 +313,9 @@ def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lamb
       weights use the total group count and are multiplied by ``world``, because DeepSpeed averages the
       ranks' gradients: the mean of the ranks' losses is then exactly Eq. 2 over every group of the step.
     - ``action_weight="flat"``: eq2_weights(flat=True), the ablation of Eq. 2's 1/|tau_i|.
+    - ``invalid_turns="no-credit"``: a turn whose response did not parse gets min(A_i, 0), not A_i.
+    - ``group_norm="all"``: n counts every group of the step (those without a signal or a baseline too), not
+      only the groups in the loss.
     """
     outcomes, dropped = group_outcomes(trajs)
     kept, flags = [], []
@@ -305,16 +325,18 @@ def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lamb
             continue
         rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
         kept.append((valid, group_advantages(rewards, len(valid)).tolist()))
-    n_total = reduce_sum(len(kept))   # groups in the loss, all ranks together
+    n_kept = reduce_sum(len(kept))    # groups in the loss, all ranks together
+    n_norm = reduce_sum(len(outcomes) + dropped) if group_norm == "all" and n_kept else n_kept
     rows = [(t, a) for valid, adv in kept for t, a in zip(valid, adv)]   # (an empty one still counts in G_g)
     weights = eq2_weights([t.group for t, _ in rows], [len(t.samples) for t, _ in rows],
-                          [[sum(s.mask) for s in t.samples] for t, _ in rows], n_groups=n_total or None,
+                          [[sum(s.mask) for s in t.samples] for t, _ in rows], n_groups=n_norm or None,
                           flat=action_weight == "flat")
     batch = Batch([], [], [], len(kept), flags, dropped)
     for (t, a), w_t in zip(rows, weights):
-        for s, w in zip(t.samples, w_t):
+        for j, (s, w) in enumerate(zip(t.samples, w_t)):
+            unparsable = j < len(t.steps) and t.steps[j].get("parse_error")
             batch.samples.append(s)
-            batch.adv.append(a)
+            batch.adv.append(min(a, 0.0) if unparsable and invalid_turns == "no-credit" else a)
             batch.weight.append(w * world)
     return batch
 
@@ -370,6 +392,9 @@ def main(args: Args) -> Path:
         raise SystemExit(str(e)) from None
     if args.backend == "vllm" and not Path(args.model).is_dir():
         raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
+    if args.episode.temperature <= 0:   # the update scores actions at the rollouts' temperature (logits / T)
+        raise SystemExit("--temperature must be > 0 for M-GRPO: greedy rollouts give a group identical "
+                         "trajectories and no sampling distribution to score")
     args.tasks_per_step = tasks_per_step(args.tasks_per_step, args.group_size, world)
     out = Path(args.out)
     if rank == 0:
@@ -431,15 +456,25 @@ def main(args: Args) -> Path:
     final = trainlib.publish_hf(ckpt, out, rank)
     if rank == 0:
         metrics.close()
-        trainlib.plot_metrics(out / "metrics.jsonl", [("rollout/success_rate", "success rate"),
-                              ("rollout/response_tokens", "response tokens / trajectory"),
-                              ("rollout/num_turns", "interactions / trajectory"),
-                              ("rollout/success/*", "success rate per task")],
-                              out / "dynamics.png", title=f"M-GRPO training dynamics ({args.model})",
-                              smooth=max(5, step // 10))
+        plot_dynamics(out, args.model, step)
         log.info("saved %s%s", final, f" ({stopped})" if stopped else "")
     torch.distributed.barrier()
     return final
+
+
+def plot_dynamics(out: Path, model: str, step: int) -> None:
+    """<out>/dynamics.png from metrics.jsonl: what a reader needs to judge a run. Rollout success, greedy
+    success on validation pages (--eval-every), the KL to the start (the reference, beta > 0), the fraction of
+    groups with a signal (unequal rewards), unparsable responses, response length and success per task."""
+    trainlib.plot_metrics(out / "metrics.jsonl", [("rollout/success_rate", "rollout success rate"),
+                          ("val/success_rate", "greedy success, validation pages", 1),
+                          ("train/kl", "KL to the start (reference)"),
+                          ("rollout/frac_signal", "groups with a signal"),
+                          ("rollout/parse_fail_rate", "unparsable responses / turn"),
+                          ("rollout/response_tokens", "response tokens / trajectory"),
+                          ("rollout/success/*", "success rate per task")],
+                          out / "dynamics.png", title=f"M-GRPO training dynamics ({model})",
+                          smooth=max(5, step // 10))
 
 
 def collective_timeout_s(episode_timeout: float) -> float:
@@ -490,6 +525,9 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                    env_kwargs={"max_obs_chars": args.episode.max_obs_chars,
                                "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:
         try:
+            if args.eval_every and step == 0:   # where the run starts from
+                engine.module.eval()
+                metrics.log(0, await validate(runner, backend, tokenizer, sampler.tasks, args))
             while step < args.steps and not stopped:
                 # ---- rollouts: B x G trajectories, each in its own browser context ----
                 t0 = time.time()
@@ -513,7 +551,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
 
                 # ---- advantages and weights, then the update (Eq. 2) ----
                 batch = mgrpo_batch(trajs, args.zero_std, reduce_sum=_all_reduce_sum, world=world,
-                                    action_weight=args.action_weight)
+                                    action_weight=args.action_weight, invalid_turns=args.invalid_turns,
+                                    group_norm=args.group_norm)
                 learn = _all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
                 engine.module.train()
@@ -543,7 +582,16 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 stats = task_success(_all_reduce_mean(stats))          # (sync: on every rank or none, learn agreed)
                 for k, v in sync.items():                              # the worst rank's engine, not the average
                     stats[k] = _all_reduce_fmax(v)
+                out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
+                # one rank's Ctrl-C (or clock) stops them all at this step
+                why = _all_reduce_max(2 if stop["flag"] else 1 if out_of_time else 0)
+                stopped = {0: None, 1: "time budget reached", 2: "interrupted"}[why]
+                if args.eval_every and (step % args.eval_every == 0 or step == args.steps or why == 1):
+                    engine.module.eval()   # (the last step too, unless interrupted)
+                    stats.update(await validate(runner, backend, tokenizer, sampler.tasks, args))
                 metrics.log(step, stats)
+                if rank == 0 and (step % max(args.eval_every, 10) == 0):   # the figure follows the run
+                    plot_dynamics(out, args.model, step)
                 if rank == 0:
                     best = max(trajs, key=lambda t: (t.reward, -len(t.steps)))
                     with (out / "trajectories.jsonl").open("a") as f:
@@ -553,10 +601,6 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                     bar.set_postfix(success=f"{stats['rollout/success_rate']:.2f}",
                                     turns=f"{stats['rollout/num_turns']:.1f}")
                 bar.update(1)
-                out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
-                # one rank's Ctrl-C (or clock) stops them all at this step
-                why = _all_reduce_max(2 if stop["flag"] else 1 if out_of_time else 0)
-                stopped = {0: None, 1: "time budget reached", 2: "interrupted"}[why]
                 if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
                     trainlib.save_checkpoint(engine, tokenizer, out, step, trainer_state(cursor, sampler), rank)
         finally:
@@ -576,21 +620,21 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args) -> dict[str
     adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0])
     index = [list(range(i * args.micro_batch, min((i + 1) * args.micro_batch, len(samples)))) or [len(samples)]
              for i in range(n_micro)]
-    dev = engine.device
+    dev, temp = engine.device, args.episode.temperature   # scored as sampled: pi(a | h) at the rollouts' T
 
     ref_logps, old_logps = [], []
     with torch.no_grad():
         for chunk in chunks:
             if ref_model is not None:
-                ref_logps.append(forward_logprobs(ref_model, chunk, pad_id, dev)[0])
+                ref_logps.append(forward_logprobs(ref_model, chunk, pad_id, dev, temp)[0])
             if args.updates_per_batch > 1:   # pi_old: the policy before the first update
-                old_logps.append(forward_logprobs(engine, chunk, pad_id, dev)[0])
+                old_logps.append(forward_logprobs(engine, chunk, pad_id, dev, temp)[0])
 
     totals: dict[str, float] = {"train/loss": 0.0, "train/kl": 0.0, "train/clip_frac": 0.0, "train/entropy": 0.0}
     n_tok = 0.0
     for _ in range(args.updates_per_batch):
         for k, (chunk, idx) in enumerate(zip(chunks, index)):
-            logp, ent, mask = forward_logprobs(engine, chunk, pad_id, dev)               # [n, L] each
+            logp, ent, mask = forward_logprobs(engine, chunk, pad_id, dev, temp)         # [n, L] each
             old = old_logps[k] if old_logps else logp.detach()                            # [n, L]
             ref = ref_logps[k] if ref_logps else None                                     # [n, L]
             loss, st = mgrpo_loss(logp, old, ref, mask, adv_t[idx].to(dev), w_t[idx].to(dev),
@@ -607,6 +651,8 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args) -> dict[str
             totals["train/entropy"] += float((ent.detach() * mask).sum())
     for key in ("train/kl", "train/clip_frac", "train/entropy"):
         totals[key] /= max(n_tok, 1.0)
+    if ref_model is None:   # beta = 0: no reference, no KL to report
+        del totals["train/kl"]
     totals["train/loss"] /= args.updates_per_batch
     totals["train/grad_norm"] = trainlib.last_grad_norm(engine, gn)
     totals["train/samples"] = float(len(samples))
@@ -646,6 +692,25 @@ async def probe_sync(backend, model, trajs: list[Trajectory], args: Args) -> tup
     return worst, mean
 
 
+async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task], args: Args) -> dict[str, float]:
+    """Greedy success of the current policy on the first ``--eval-pages`` validation pages of every task
+    (``env.VALID_SEEDS``, never a demonstration, RL or test page), the ranks' shares added: ``val/success_rate``,
+    ``val/parse_fail_rate`` (of all turns) and ``val/env_errors``. Pages are split over the ranks; each rank
+    runs at least the collectives (a rank without pages reports zeros)."""
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    pages = [dataclasses.replace(t, seed=webenv.VALID_SEEDS[e]) for t in tasks for e in range(args.eval_pages)]
+    mine = pages[rank::world]
+    greedy = dataclasses.replace(args.episode, temperature=0.0)
+    got = await rollouts(runner, backend, tokenizer, [Job(t, group=i) for i, t in enumerate(mine)], greedy)
+    n = _all_reduce_sum(len(got))
+    ok = _all_reduce_sum(sum(t.reward > 0 for t in got))
+    turns = _all_reduce_sum(sum(len(t.steps) for t in got))
+    bad = _all_reduce_sum(sum(t.parse_errors for t in got))
+    errors = _all_reduce_sum(sum(t.env_error for t in got))
+    return {"val/success_rate": ok / max(n, 1), "val/parse_fail_rate": bad / max(turns, 1),
+            "val/env_errors": float(errors)}
+
+
 def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_train: float) -> dict[str, float]:
     """One step's rollout metrics (this rank); environment failures are counted, not hidden in the success rate."""
     n = max(len(trajs), 1)
@@ -660,6 +725,7 @@ def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_tra
         "rollout/groups_dropped": float(batch.dropped),
         "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
         "rollout/frac_zero_std": sum(batch.zero_std) / len(batch.zero_std) if batch.zero_std else 0.0,
+        "rollout/frac_signal": (len(batch.zero_std) - sum(batch.zero_std)) / max(len(batch.zero_std) + batch.dropped, 1),
         "rollout/seconds": t_rollout,
         "train/seconds": t_train,
     }

@@ -580,9 +580,10 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return [sum(values[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]
 
 
-def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str | Path, title: str = "",
+def plot_metrics(jsonl: str | Path, panels: list[tuple], out_png: str | Path, title: str = "",
                  smooth: int = 10) -> dict[str, tuple[list, list[float]]]:
-    """One subplot per (metric key, y label), against step. Keys missing from the log are skipped. With
+    """One subplot per (metric key, y label[, smooth]), against step; a panel's own third entry overrides
+    ``smooth`` (1 for a sparse metric such as a periodic evaluation). Keys missing from the log are skipped. With
     ``smooth`` > 1 the raw values are drawn faint and a trailing moving average of ``smooth`` logged values
     (at most the number there are) over them, so that a trend stands out from step-to-step noise (RL steps
     rotate through tasks). A key ending in "/*" is a prefix: one moving-average line per key under it (e.g.
@@ -597,12 +598,16 @@ def plot_metrics(jsonl: str | Path, panels: list[tuple[str, str]], out_png: str 
             return [key] if any(key in r for r in rows) else []
         return sorted({k for r in rows for k in r if k.startswith(key[:-1])})
 
-    panels = [(k, lab, keys) for k, lab in panels if (keys := keys_of(k))]
+    panels = [(k, lab, keys, own[0] if own else smooth) for k, lab, *own in panels if (keys := keys_of(k))]
     plotted: dict[str, tuple[list, list[float]]] = {}
     if not panels:
         return plotted
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, (key, label, keys) in zip(axes[0], panels):
+    cols = min(len(panels), 4)
+    rows_n = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4 * cols, 3.2 * rows_n), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (key, label, keys, smooth) in zip(axes.flat, panels):
         for k in keys:
             steps, values = map(list, zip(*[(r["step"], r[k]) for r in rows if k in r]))
             w = min(smooth, len(values))

@@ -357,3 +357,68 @@ def test_flat_action_weight_keeps_group_totals_and_zeroes_shared_actions():
     assert float((adv * torch.tensor(per_action)).sum()) == pytest.approx(0.0, abs=1e-7)
     eq2 = [wt[0] * tk[0] for wt, tk in zip(eq2_weights(groups, steps, toks)[:4], toks[:4])]
     assert float((adv * torch.tensor(eq2)).sum()) < 0                                    # the short failure wins
+
+
+# ---- pages: RL never replays a demonstration page, nor one that validates or tests it ----
+
+def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():
+    """Whatever --seed and however long the run (the cursor), a group's page is in env.RL_SEEDS: never a
+    page experts.py demonstrates (its --split train range), a validation page (eval.py --seed-start 500000 ..)
+    or a test page (env.EVAL_SEEDS). The first groups of a run once took seeds 0, 1, 2, ..., the very pages
+    of the demonstrations BC had memorised."""
+    import experts
+    tasks = _tasks(3)
+    demo = experts.SPLITS["train"]
+    ranges = [demo, webenv.VALID_SEEDS, webenv.EVAL_SEEDS, webenv.RL_SEEDS]
+    assert all(a.stop <= b.start or b.stop <= a.start for i, a in enumerate(ranges) for b in ranges[i + 1:])
+    assert webenv.VALID_SEEDS.start == 500_000 and webenv.TRAIN_SEEDS.stop == webenv.EVAL_SEEDS.start
+    for seed, cursor in [(0, 0), (1, 37), (123_456, 10**9), (7, len(webenv.RL_SEEDS) - 2)]:
+        pages = [t.seed for t in step_tasks(tasks, cursor, 64, seed)]
+        assert all(p in webenv.RL_SEEDS for p in pages), (seed, cursor)
+        assert len(set(pages)) == 64                                     # each group its own page
+    pq = TaskSampler(tasks, "pq", seed=3)
+    assert all(t.seed in webenv.RL_SEEDS for t in pq.draw(0, 200))
+    assert not {t.seed for t in step_tasks(tasks, 0, 40, 0)} & set(range(20))   # make demo's 20 demos per task
+
+
+# ---- levers beyond Eq. 2: broken turns, and what a step is normalised by ----
+
+def _traj(group: int, reward: float, parse_errors: list[bool]) -> Trajectory:
+    t = Trajectory(group=group, task_id="t", seed=0, reward=reward)
+    for j, bad in enumerate(parse_errors):
+        t.samples.append(Sample([1, 2, 3 + j], [0, 0, 1]))
+        t.steps.append({"response": "?" if bad else "ok", "parse_error": bad})
+    return t
+
+
+def test_invalid_turns_no_credit_never_pushes_a_broken_turn_up():
+    """--invalid-turns no-credit: an unparsable response in a successful trajectory gets advantage 0 instead
+    of the trajectory's positive one; in a failed trajectory it keeps its negative advantage; every other turn
+    and every weight is as in Eq. 2. keep (the paper's) gives the broken turn the success's advantage."""
+    trajs = [_traj(0, 1.0, [False, True, False]), _traj(0, 0.0, [True, False]),
+             _traj(0, 1.0, [False]), _traj(0, 0.0, [False, False])]
+    keep = mgrpo_batch(trajs)
+    fixed = mgrpo_batch(trajs, invalid_turns="no-credit")
+    a_ok, a_fail = keep.adv[0], keep.adv[3]
+    assert a_ok > 0 > a_fail
+    assert keep.adv[:5] == [a_ok, a_ok, a_ok, a_fail, a_fail]
+    assert fixed.adv[:5] == [a_ok, 0.0, a_ok, a_fail, a_fail]
+    assert fixed.adv[5:] == keep.adv[5:] and fixed.weight == keep.weight
+
+
+def test_group_norm_all_divides_by_every_group_of_the_step():
+    """--group-norm kept (default): a step's weights sum to 1 however many groups carry a signal, so one
+    informative group of four moves the policy as far as four. all: n counts every group rolled out (flat and
+    environment-failed ones too), so that step's weights sum to 1/4; with every group informative the two
+    agree. Over ranks, n is the total of all ranks."""
+    mixed, flat = [1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]
+    one = ([_traj(0, r, [False, False]) for r in mixed] + [_traj(g, r, [False]) for g in (1, 2) for r in flat]
+           + [_traj(3, r, [False]) for r in mixed[:1]])                  # group 3: one trajectory, no baseline
+    assert sum(mgrpo_batch(one).weight) == pytest.approx(1.0)
+    assert sum(mgrpo_batch(one, group_norm="all").weight) == pytest.approx(0.25)
+    every = [_traj(g, r, [False]) for g in range(4) for r in mixed]
+    assert mgrpo_batch(every, group_norm="all").weight == mgrpo_batch(every).weight
+    # two ranks with 2 groups each, one informative group in all: each rank's weights sum to world / 4 / 2 ...
+    totals = iter([1, 4])                                                 # reduce_sum: kept, then all groups
+    half = mgrpo_batch(one[:12], reduce_sum=lambda n: next(totals), world=2, group_norm="all")
+    assert sum(half.weight) == pytest.approx(2 * 0.25)                    # ... times world (DeepSpeed averages)

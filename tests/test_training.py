@@ -205,10 +205,14 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--tasks-per-step", "2", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40",
               "--prompt", "short", "--lr", "1e-4", "--save-every", "2",
-              "--dynamic-sampling", "2", "--task-sampling", "pq", "--warmup-steps", "2"]
+              "--dynamic-sampling", "2", "--task-sampling", "pq", "--warmup-steps", "2",
+              "--eval-every", "2", "--eval-pages", "2", "--temperature", "0.9"]
     run_script("train_mgrpo.py", *common, "--steps", "3")
     rows = metrics(out)
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]       # step 0: greedy validation before the first update
+    assert [r["step"] for r in rows if "val/success_rate" in r] == [0, 2, 3]
+    assert all(0.0 <= r["val/success_rate"] <= 1.0 and r["val/env_errors"] == 0 for r in rows if r["step"] != 1)
+    rows = rows[1:]
     assert any(r["rollout/frac_zero_std"] < 1.0 for r in rows), "no group had a learning signal"
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
     for key in ("rollout/success_rate", "rollout/response_tokens", "rollout/num_turns", "train/seconds",
@@ -226,11 +230,68 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
     log = run_script("train_mgrpo.py", *common, "--steps", "50", "--resume", "--time-budget", "0.01")
     steps = [r["step"] for r in metrics(out)]
-    assert steps == [1, 2, 3]                        # step 3 redone, logged once; then out of time
+    assert steps == [0, 1, 2, 3]                     # step 3 redone, logged once; then out of time
     assert "(time budget reached)" in log
     assert [json.loads(line)["step"] for line in (out / "trajectories.jsonl").read_text().splitlines()] == [1, 2, 3]
     state3 = json.loads((out / "step_3" / "trainer_state.json").read_text())
-    assert state3["step"] == 3 and state3["cursor"] == state2["cursor"] + 2 * metrics(out)[2]["rollout/rounds"]
+    assert state3["step"] == 3 and state3["cursor"] == state2["cursor"] + 2 * metrics(out)[3]["rollout/rounds"]
+    assert "val/success_rate" in metrics(out)[3]      # the last step of a resumed run is validated too
+
+
+_TEMPERATURE_SCRIPT = r"""
+import copy, json, sys
+import torch
+import policy, trainlib, train_mgrpo
+from rollout import EpisodeConfig, Sample
+
+trainlib.init_distributed()
+torch.manual_seed(0)
+model, tok = policy.build_tiny("tiny:layers=1,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300")
+with torch.no_grad():   # peaked next-token distributions (a random init is near uniform at any T)
+    model.get_decoder().norm.weight.mul_(30.0)
+ref = copy.deepcopy(model)
+with torch.no_grad():
+    for p in ref.parameters():
+        p.add_(0.05 * torch.randn_like(p))
+ref.eval().requires_grad_(False)
+cfg = trainlib.ds_config("configs/zero0.json", micro_batch=2, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+engine = trainlib.make_engine(model, cfg, lr=0.0, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
+g = torch.Generator().manual_seed(1)
+samples = [Sample(torch.randint(0, 300, (n,), generator=g).tolist(), [0] * (n - k) + [1] * k)
+           for n, k in ((12, 4), (9, 3), (15, 6))]
+batch = train_mgrpo.Batch(samples, adv=[1.0, -1.0, 0.5], weight=[0.1, 0.2, 0.3], groups=1, zero_std=[False],
+                          dropped=0)
+out = {}
+for T in (1.0, 0.4):
+    args = train_mgrpo.Args(micro_batch=2, updates_per_batch=2, episode=EpisodeConfig(temperature=T))
+    got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)   # lr 0: the policy stays put
+    with torch.no_grad():
+        lp, ent, mask = train_mgrpo.forward_logprobs(model, samples, tok.pad_token_id, "cpu", T)
+        lr = train_mgrpo.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", T)[0]
+        d = lr - lp
+        n = mask.sum()
+        want = {"kl": float(((d.exp() - d - 1) * mask).sum() / n), "entropy": float((ent * mask).sum() / n)}
+    out[T] = {"kl": got["train/kl"], "entropy": got["train/entropy"], "clip_frac": got["train/clip_frac"],
+              "want": want}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
+    """The rollouts sample from softmax(logits / T); the update (old policy, ratio, reference, KL) scores the
+    same distribution. With a real DeepSpeed engine at lr 0 (so the policy does not move), T = 1 and T = 0.4:
+    the reported KL to a perturbed reference and the entropy equal the ones computed at that T, and they
+    differ between the two temperatures (an update that scored at T = 1 whatever the rollouts used, as it
+    once did, trained off-policy)."""
+    script = tmp_path / "temperature.py"
+    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _TEMPERATURE_SCRIPT)
+    out = run_script(str(script), timeout=600)
+    res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+    for T in ("1.0", "0.4"):
+        assert res[T]["kl"] == pytest.approx(res[T]["want"]["kl"], rel=1e-4), res
+        assert res[T]["entropy"] == pytest.approx(res[T]["want"]["entropy"], rel=1e-4), res
+        assert res[T]["clip_frac"] == 0.0
+    assert res["0.4"]["entropy"] < 0.8 * res["1.0"]["entropy"] and res["0.4"]["kl"] != pytest.approx(res["1.0"]["kl"])
 
 
 @pytest.mark.usefixtures("vllm_required")
@@ -245,12 +306,16 @@ def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--backend", "vllm", "--ds-config", "configs/zero3.json", "--tasks-per-step", "2",
               "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short",
-              "--lr", "1e-4", "--save-every", "2", "--dynamic-sampling", "3"]
+              "--lr", "1e-4", "--save-every", "2", "--dynamic-sampling", "3", "--eval-every", "3",
+              "--eval-pages", "1"]
     launcher = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
     log = run_script("tests/broken_rank.py", "train_mgrpo.py", *common, "--steps", "3", launcher=launcher)
     held = [tuple(map(int, m)) for m in re.findall(r"reference model: (\d+) of its (\d+) parameters", log)]
     assert len(held) == 2 and all(h < full / 1.5 for h, full in held), held     # partitioned over the 2 ranks
     rows = metrics(out)
+    # validation pages split over the ranks: rank 0 runs click-button's page, rank 1 click-link's (which fails)
+    assert [(r["step"], r["val/env_errors"]) for r in rows if "val/env_errors" in r] == [(0, 1.0), (3, 1.0)]
+    rows = rows[1:]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/env_errors"] >= 2 for r in rows), rows          # rank 1's 4 per round, averaged
     synced = [r["sync/max_logprob_diff"] for r in rows if "sync/max_logprob_diff" in r]
@@ -260,7 +325,7 @@ def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
     log = run_script("train_mgrpo.py", *common, "--steps", "3", "--resume",
                      launcher=[*launcher[:-1], str(free_port())])
-    assert [r["step"] for r in metrics(out)] == [1, 2, 3]
+    assert [r["step"] for r in metrics(out)] == [0, 1, 2, 3]
     assert "pushed step_2's weights into the vLLM engine" in log
     assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in metrics(out) if "sync/max_logprob_diff" in r)
 

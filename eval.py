@@ -4,8 +4,8 @@ baselines over an OpenAI-compatible endpoint, and a static HTML viewer of every 
 
 What it implements
 - Episodes: MiniWoB++ episode e of task t runs on the held-out page ``env.EVAL_SEEDS[e]`` (never a training
-  seed: demonstrations use ``env.DEMO_SEEDS``, RL ``env.RL_SEEDS``); a WebArena / WebArena-Lite config runs each task
-  ``--episodes`` times (use 1: WebArena tasks have no seed). The episode loop is ``rollout.rollout``
+  seed: demonstrations use ``env.DEMO_SEEDS``, RL ``env.RL_SEEDS``); a WebArena / WebArena-Lite config runs each
+  task ``--episodes`` times (use 1: WebArena tasks have no seed). The episode loop is ``rollout.rollout``
   (render with dynamic context compression -> generate -> ``env.step``), the one the RL trainer uses, run by
   ``rollout.Runner`` in ``--concurrency`` browser contexts of one Chromium (``env.BrowserPool``), with a tqdm
   bar; an episode longer than ``--episode-timeout`` or whose page fails to load counts as a failure with its

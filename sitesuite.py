@@ -32,8 +32,8 @@ What it implements
   ``log-in`` always starts logged out.
 - ``SuiteFamily`` (registered as "suite"): ``env.load_tasks("suite:all")`` or ``"suite:edit-profile,add-to-cart"``
   gives one Task per family; callers set the seed per episode (``dataclasses.replace(task, seed=s)``, as for
-  MiniWoB; demonstrations use env.DEMO_SEEDS, RL env.RL_SEEDS, evaluation env.EVAL_SEEDS); ``setup_context`` sets the sandbox
-  cookie and, for a ``require_login`` config, the cookies of its ``storage_state`` file; ``start`` fills in
+  MiniWoB; demonstrations use env.DEMO_SEEDS, RL env.RL_SEEDS, evaluation env.EVAL_SEEDS); ``setup_context``
+  sets the sandbox cookie and, for a ``require_login`` config, the cookies of its ``storage_state`` file; ``start`` fills in
   the concrete intent and eval. The server starts lazily in a thread on first load (or set
   ``SITESUITE_URL`` to use one started by hand).
 

@@ -112,7 +112,9 @@ class Args:
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     micro_batch: int = 4
-    """action samples per forward/backward pass"""
+    """action samples per forward/backward pass (the step's samples sorted by length first)"""
+    gen_batch: int = 0
+    """--backend hf: most prompts in one generate call (0: every trajectory of the rank's step at once)"""
     grad_clip: float = 1.0
     """gradient norm clipping"""
     backend: Literal["hf", "vllm"] = "hf"
@@ -427,6 +429,7 @@ def main(args: Args) -> Path:
                              "every generated token; use --backend vllm, or ZeRO-0/2 (configs/zero2.json)")
         backend = policy.HFBackend(engine.module, tokenizer, max_new_tokens=ep.max_new_tokens,
                                    temperature=ep.temperature, top_p=ep.top_p,
+                                   max_batch_size=args.gen_batch or args.tasks_per_step // world * args.group_size,
                                    num_threads=args.torch_threads if device.type == "cpu" and args.torch_threads else None)
     else:
         backend = policy.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
@@ -610,16 +613,20 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
     return step, cursor, stopped
 
 
-def update(engine, ref_model, batch: Batch, pad_id: int, args: Args) -> dict[str, float]:
-    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2). Every rank runs the same number
-    of micro-batches (ZeRO-3 gathers parameters collectively): a rank with fewer pads with zero-weight ones."""
-    samples, adv, weight = batch.samples, batch.adv, batch.weight
+def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, by_length: bool = True) -> dict[str, float]:
+    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), in micro-batches of samples of
+    similar length (``by_length``; False: the rollout order, as before, for bench/bench_rl_step.py). Every rank
+    runs the same number of micro-batches (ZeRO-3 gathers parameters collectively): a rank with fewer pads
+    with zero-weight ones."""
+    samples = batch.samples
+    # micro-batches of samples of similar length (the loss is a weighted sum, so their order is free): the
+    # shortest prompts no longer pad to the longest of the step
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids)) if by_length else list(range(len(samples)))
     n_micro = _all_reduce_max(math.ceil(len(samples) / args.micro_batch))
     dummy = Sample([pad_id, pad_id], [0, 0])
-    chunks = [samples[i * args.micro_batch:(i + 1) * args.micro_batch] or [dummy] for i in range(n_micro)]
-    adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0])
-    index = [list(range(i * args.micro_batch, min((i + 1) * args.micro_batch, len(samples)))) or [len(samples)]
-             for i in range(n_micro)]
+    index = [order[i * args.micro_batch:(i + 1) * args.micro_batch] or [len(samples)] for i in range(n_micro)]
+    chunks = [[samples[i] for i in idx if i < len(samples)] or [dummy] for idx in index]
+    adv_t, w_t = torch.tensor(batch.adv + [0.0]), torch.tensor(batch.weight + [0.0])
     dev, temp = engine.device, args.episode.temperature   # scored as sampled: pi(a | h) at the rollouts' T
 
     ref_logps, old_logps = [], []
@@ -725,7 +732,8 @@ def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_tra
         "rollout/groups_dropped": float(batch.dropped),
         "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
         "rollout/frac_zero_std": sum(batch.zero_std) / len(batch.zero_std) if batch.zero_std else 0.0,
-        "rollout/frac_signal": (len(batch.zero_std) - sum(batch.zero_std)) / max(len(batch.zero_std) + batch.dropped, 1),
+        "rollout/frac_signal": ((len(batch.zero_std) - sum(batch.zero_std))   # of every group rolled out
+                                / max(len(batch.zero_std) + batch.dropped, 1)),
         "rollout/seconds": t_rollout,
         "train/seconds": t_train,
     }

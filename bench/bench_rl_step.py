@@ -1,0 +1,144 @@
+"""RL trajectories per minute, the update included: M-GRPO steps of several configurations side by side.
+
+One step = train_mgrpo's own pieces: B x G rollouts (``rollout.rollouts`` over a ``Runner`` of B x G browser
+contexts, the HF backend's dynamic batching), ``mgrpo_batch``, then ``update`` on a DeepSpeed engine (ZeRO-0,
+fp32, the reference model for the KL term as beta = 0.001 loads it). The configurations take turns, step by
+step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of them alike; each prints its
+rollout and update seconds per step and trajectories per minute, and the ratio to the first.
+
+A configuration is ``NAME=BxG,gen=N,mb=M,order=length|rollout`` (gen: most prompts per generate call, 0 = all
+of the step's; mb: action samples per forward of the update; order: micro-batches of samples of similar length,
+or in rollout order as train_mgrpo.update took them before). The default compares the demo's M-GRPO as it was
+(B 4 x G 4, generate calls of <= 16, micro-batches of 4 in rollout order) with the same code at B 8 x G 8 and
+with this version's settings.
+
+    .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import env as webenv  # noqa: E402
+import policy  # noqa: E402
+import trainlib  # noqa: E402
+import train_mgrpo  # noqa: E402  (the batch and the update this bench times)
+from rollout import EpisodeConfig, Job, Runner, rollouts  # noqa: E402
+
+DEMO_TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,"
+              "email-inbox-noscroll,email-inbox-forward-nl-turk,click-option")
+
+
+@dataclass
+class Args:
+    """M-GRPO steps of several configurations, side by side: trajectories per minute, the update included."""
+    model: str = "tiny"
+    """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
+    tasks: str = DEMO_TASKS
+    """tasks (make demo's 8 by default); the groups of a step take them in turn"""
+    configs: str = "old=4x4,gen=16,mb=4,order=rollout;old-8x8=8x8,gen=16,mb=4,order=rollout;new=8x8,gen=0,mb=16,order=length"
+    """';'-separated NAME=BxG,gen=N,mb=M,order=length|rollout"""
+    steps: int = 3
+    """steps per configuration (after one warm-up step each)"""
+    max_turns: int = 6
+    """interactions per trajectory (make demo: 6)"""
+    max_new_tokens: int = 64
+    """tokens per response (make demo: 64)"""
+    beta: float = 0.001
+    """KL coefficient (0: no reference forward)"""
+    update_threads: int = 0
+    """torch threads of the update (0: torch's default, as train_mgrpo)"""
+    torch_threads: int = 1
+    """torch threads of generation (as train_mgrpo)"""
+
+
+@dataclass
+class Config:
+    name: str
+    B: int
+    G: int
+    gen: int
+    mb: int
+    by_length: bool
+
+
+def parse_configs(spec: str) -> list[Config]:
+    """``"old=4x4,gen=16,mb=4,order=rollout;new=8x8,gen=0,mb=16,order=length"`` -> two Configs."""
+    out = []
+    for item in filter(None, (s.strip() for s in spec.split(";"))):
+        name, _, rest = item.partition("=")
+        shape, *opts = rest.split(",")
+        kv = dict(o.split("=", 1) for o in opts)
+        B, G = map(int, shape.split("x"))
+        out.append(Config(name, B, G, int(kv.get("gen", 0)), int(kv.get("mb", 4)),
+                          kv.get("order", "length") == "length"))
+    return out
+
+
+async def one_step(cfg: Config, k: int, runner, backend, tok, engine, ref, tasks, args: Args) -> tuple[float, float, int]:
+    """One M-GRPO step of ``cfg`` (its k-th): rollout seconds, update seconds, trajectories."""
+    backend.max_batch_size = cfg.gen or cfg.B * cfg.G
+    groups = train_mgrpo.step_tasks(tasks, k * cfg.B, cfg.B, seed=0)
+    jobs = [Job(dataclasses.replace(t, max_steps=args.max_turns), group=g) for g, t in enumerate(groups)
+            for _ in range(cfg.G)]
+    ep = EpisodeConfig(prompt="short", max_new_tokens=args.max_new_tokens, temperature=1.0)
+    t0 = time.perf_counter()
+    trajs = await rollouts(runner, backend, tok, jobs, ep)
+    t_roll = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    batch = train_mgrpo.mgrpo_batch(trajs)
+    if batch.groups:
+        targs = train_mgrpo.Args(micro_batch=cfg.mb, beta=args.beta, episode=ep)
+        train_mgrpo.update(engine, ref, batch, tok.pad_token_id, targs, by_length=cfg.by_length)
+    return t_roll, time.perf_counter() - t0, len(trajs)
+
+
+async def main(args: Args) -> None:
+    trainlib.init_distributed()
+    trainlib.set_cpu_threads(args.update_threads)
+    configs = parse_configs(args.configs)
+    model, tok = policy.load(args.model)
+    ds = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+    engine = trainlib.make_engine(model, ds, lr=1e-6, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
+    ref = trainlib.make_reference(policy.load(args.model)[0], ds) if args.beta else None
+    backend = policy.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens, temperature=1.0,
+                               num_threads=args.torch_threads or None)
+    tasks = webenv.load_tasks(args.tasks)
+    most = max(c.B * c.G for c in configs)
+    print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
+          f"beta {args.beta}; {args.steps} steps per configuration after a warm-up step, taking turns")
+    totals = {c.name: [0.0, 0.0, 0] for c in configs}
+    async with webenv.BrowserPool() as pool, Runner(pool, most) as runner:
+        for k in range(args.steps + 1):
+            for c in configs:
+                engine.module.eval()
+                t_roll, t_upd, n = await one_step(c, k, runner, backend, tok, engine, ref, tasks, args)
+                engine.module.train()
+                print(f"  step {k} {c.name:>8}: rollout {t_roll:6.2f} s, update {t_upd:5.2f} s, {n} trajectories"
+                      + ("  (warm-up)" if k == 0 else ""), flush=True)
+                if k:
+                    t = totals[c.name]
+                    t[0], t[1], t[2] = t[0] + t_roll, t[1] + t_upd, t[2] + n
+        await backend.aclose()
+    print("\n| configuration | B x G | gen batch | micro-batch | order | rollout s / traj | update s / traj "
+          "| trajectories / min | vs first |")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|")
+    first = None
+    for c in configs:
+        roll, upd, n = totals[c.name]
+        per_min = 60.0 * n / (roll + upd)
+        first = first or per_min
+        print(f"| {c.name} | {c.B} x {c.G} | {c.gen or 'all'} | {c.mb} | {'length' if c.by_length else 'rollout'} "
+              f"| {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} | x{per_min / first:.2f} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(trainlib.parse_args(Args)))

@@ -613,20 +613,47 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
     return step, cursor, stopped
 
 
-def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, by_length: bool = True) -> dict[str, float]:
-    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), in micro-batches of samples of
-    similar length (``by_length``; False: the rollout order, as before, for bench/bench_rl_step.py). Every rank
-    runs the same number of micro-batches (ZeRO-3 gathers parameters collectively): a rank with fewer pads
-    with zero-weight ones."""
-    samples = batch.samples
-    # micro-batches of samples of similar length (the loss is a weighted sum, so their order is free): the
-    # shortest prompts no longer pad to the longest of the step
-    order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids)) if by_length else list(range(len(samples)))
+def merge_identical(samples: list[Sample], adv: list[float], weight: list[float],
+                    same_advantage: bool = False) -> tuple[list[Sample], list[float], list[float]]:
+    """One loss term for the samples with the same ids and mask (the same action in the same context: G
+    trajectories of a group often take the same first action on their shared start page). Eq. 2 is a sum of
+    w_n * f(log-probs_n, A_n); equal ids give equal log-probs, so the terms merge exactly into one sample of
+    weight sum(w) and advantage sum(w A) / sum(w): when the ratio is 1 (one update per batch, where the
+    clipped surrogate's gradient is A * grad ratio whatever the sign of A), or, with ``same_advantage``,
+    only samples whose advantages are equal too (any ratio). Returns (samples, advantages, weights)."""
+    at: dict[tuple, int] = {}
+    out_s: list[Sample] = []
+    wsum: list[float] = []
+    wadv: list[float] = []
+    for s, a, w in zip(samples, adv, weight):
+        key = (tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ())
+        if key not in at:
+            at[key] = len(out_s)
+            out_s.append(s)
+            wsum.append(0.0)
+            wadv.append(0.0)
+        k = at[key]
+        wsum[k] += w
+        wadv[k] += w * a
+    return out_s, [wa / w if w else 0.0 for wa, w in zip(wadv, wsum)], wsum
+
+
+def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bool = True) -> dict[str, float]:
+    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2). ``fast``: identical samples
+    scored once (``merge_identical``) and micro-batches of samples of similar length (the loss is a weighted
+    sum, so their order is free; short prompts no longer pad to the step's longest); False: every sample in
+    rollout order, as before (bench/bench_rl_step.py compares them). Every rank runs the same number of
+    micro-batches (ZeRO-3 gathers parameters collectively): a rank with fewer pads with zero-weight ones."""
+    samples, adv, weight = batch.samples, batch.adv, batch.weight
+    order = list(range(len(samples)))
+    if fast:
+        samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
+        order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
     n_micro = _all_reduce_max(math.ceil(len(samples) / args.micro_batch))
     dummy = Sample([pad_id, pad_id], [0, 0])
     index = [order[i * args.micro_batch:(i + 1) * args.micro_batch] or [len(samples)] for i in range(n_micro)]
     chunks = [[samples[i] for i in idx if i < len(samples)] or [dummy] for idx in index]
-    adv_t, w_t = torch.tensor(batch.adv + [0.0]), torch.tensor(batch.weight + [0.0])
+    adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0])
     dev, temp = engine.device, args.episode.temperature   # scored as sampled: pi(a | h) at the rollouts' T
 
     ref_logps, old_logps = [], []
@@ -662,7 +689,8 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, by_length: 
         del totals["train/kl"]
     totals["train/loss"] /= args.updates_per_batch
     totals["train/grad_norm"] = trainlib.last_grad_norm(engine, gn)
-    totals["train/samples"] = float(len(samples))
+    totals["train/samples"] = float(len(batch.samples))
+    totals["train/samples_scored"] = float(len(samples))
     totals["train/lr"] = engine.get_lr()[0]
     return totals
 

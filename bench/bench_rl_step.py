@@ -6,11 +6,11 @@ fp32, the reference model for the KL term as beta = 0.001 loads it). The configu
 step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of them alike; each prints its
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
-A configuration is ``NAME=BxG,gen=N,mb=M,order=length|rollout`` (gen: most prompts per generate call, 0 = all
-of the step's; mb: action samples per forward of the update; order: micro-batches of samples of similar length,
-or in rollout order as train_mgrpo.update took them before). The default compares the demo's M-GRPO as it was
-(B 4 x G 4, generate calls of <= 16, micro-batches of 4 in rollout order) with the same code at B 8 x G 8 and
-with this version's settings.
+A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain`` (gen: most prompts per generate call, 0 = all
+of the step's; mb: action samples per forward of the update; update: train_mgrpo.update's ``fast`` (identical
+samples scored once, micro-batches of similar length) or ``plain`` (every sample in rollout order, as before).
+The default compares the demo's M-GRPO as it was (B 4 x G 4, generate calls of <= 16, micro-batches of 4,
+plain) with the same code at B 8 x G 8 and with this version's settings.
 
     .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
 """
@@ -44,8 +44,8 @@ class Args:
     """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
-    configs: str = "old=4x4,gen=16,mb=4,order=rollout;old-8x8=8x8,gen=16,mb=4,order=rollout;new=8x8,gen=0,mb=16,order=length"
-    """';'-separated NAME=BxG,gen=N,mb=M,order=length|rollout"""
+    configs: str = "old=4x4,gen=16,mb=4,update=plain;old-8x8=8x8,gen=16,mb=4,update=plain;new=8x8,gen=0,mb=16,update=fast"
+    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
     max_turns: int = 6
@@ -67,11 +67,11 @@ class Config:
     G: int
     gen: int
     mb: int
-    by_length: bool
+    fast: bool
 
 
 def parse_configs(spec: str) -> list[Config]:
-    """``"old=4x4,gen=16,mb=4,order=rollout;new=8x8,gen=0,mb=16,order=length"`` -> two Configs."""
+    """``"old=4x4,gen=16,mb=4,update=plain;new=8x8,gen=0,mb=16,update=fast"`` -> two Configs."""
     out = []
     for item in filter(None, (s.strip() for s in spec.split(";"))):
         name, _, rest = item.partition("=")
@@ -79,7 +79,7 @@ def parse_configs(spec: str) -> list[Config]:
         kv = dict(o.split("=", 1) for o in opts)
         B, G = map(int, shape.split("x"))
         out.append(Config(name, B, G, int(kv.get("gen", 0)), int(kv.get("mb", 4)),
-                          kv.get("order", "length") == "length"))
+                          kv.get("update", "fast") == "fast"))
     return out
 
 
@@ -90,14 +90,15 @@ async def one_step(cfg: Config, k: int, runner, backend, tok, engine, ref, tasks
     jobs = [Job(dataclasses.replace(t, max_steps=args.max_turns), group=g) for g, t in enumerate(groups)
             for _ in range(cfg.G)]
     ep = EpisodeConfig(prompt="short", max_new_tokens=args.max_new_tokens, temperature=1.0)
-    t0 = time.perf_counter()
+    t0, m0 = time.perf_counter(), backend.stats["model_s"]
     trajs = await rollouts(runner, backend, tok, jobs, ep)
     t_roll = time.perf_counter() - t0
+    one_step.generate_s = backend.stats["model_s"] - m0   # (wall seconds inside model.generate)
     t0 = time.perf_counter()
     batch = train_mgrpo.mgrpo_batch(trajs)
     if batch.groups:
         targs = train_mgrpo.Args(micro_batch=cfg.mb, beta=args.beta, episode=ep)
-        train_mgrpo.update(engine, ref, batch, tok.pad_token_id, targs, by_length=cfg.by_length)
+        train_mgrpo.update(engine, ref, batch, tok.pad_token_id, targs, fast=cfg.fast)
     return t_roll, time.perf_counter() - t0, len(trajs)
 
 
@@ -122,13 +123,14 @@ async def main(args: Args) -> None:
                 engine.module.eval()
                 t_roll, t_upd, n = await one_step(c, k, runner, backend, tok, engine, ref, tasks, args)
                 engine.module.train()
-                print(f"  step {k} {c.name:>8}: rollout {t_roll:6.2f} s, update {t_upd:5.2f} s, {n} trajectories"
+                print(f"  step {k} {c.name:>8}: rollout {t_roll:6.2f} s (in model.generate {one_step.generate_s:5.2f} s), "
+                      f"update {t_upd:5.2f} s, {n} trajectories"
                       + ("  (warm-up)" if k == 0 else ""), flush=True)
                 if k:
                     t = totals[c.name]
                     t[0], t[1], t[2] = t[0] + t_roll, t[1] + t_upd, t[2] + n
         await backend.aclose()
-    print("\n| configuration | B x G | gen batch | micro-batch | order | rollout s / traj | update s / traj "
+    print("\n| configuration | B x G | gen batch | micro-batch | update | rollout s / traj | update s / traj "
           "| trajectories / min | vs first |")
     print("|---|---|---:|---:|---|---:|---:|---:|---:|")
     first = None
@@ -136,7 +138,7 @@ async def main(args: Args) -> None:
         roll, upd, n = totals[c.name]
         per_min = 60.0 * n / (roll + upd)
         first = first or per_min
-        print(f"| {c.name} | {c.B} x {c.G} | {c.gen or 'all'} | {c.mb} | {'length' if c.by_length else 'rollout'} "
+        print(f"| {c.name} | {c.B} x {c.G} | {c.gen or 'all'} | {c.mb} | {'fast' if c.fast else 'plain'} "
               f"| {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} | x{per_min / first:.2f} |")
 
 

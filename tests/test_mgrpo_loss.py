@@ -422,3 +422,39 @@ def test_group_norm_all_divides_by_every_group_of_the_step():
     totals = iter([1, 4])                                                 # reduce_sum: kept, then all groups
     half = mgrpo_batch(one[:12], reduce_sum=lambda n: next(totals), world=2, group_norm="all")
     assert sum(half.weight) == pytest.approx(2 * 0.25)                    # ... times world (DeepSpeed averages)
+
+
+@pytest.mark.parametrize("updates", [1, 2])
+def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
+    """train_mgrpo.update scores identical samples once (merge_identical): the same first action of several
+    trajectories on their shared start page. Eq. 2's loss and its gradient through a real model are the same
+    as with every sample scored: with one update per batch (ratio 1) samples merge whatever their advantages;
+    with several (ratio != 1 after the first), only samples with equal advantages merge."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from train_mgrpo import forward_logprobs, merge_identical
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1)).double()
+    ref = Qwen2ForCausalLM(model.config).double()
+    a, b, c = Sample([1, 2, 3, 4], [0, 0, 1, 1]), Sample([1, 2, 5], [0, 0, 1]), Sample([7, 8, 9, 10, 11], [0, 0, 0, 1, 1])
+    samples = [a, b, Sample(list(a.ids), list(a.mask)), c, Sample(list(a.ids), list(a.mask)), Sample(list(b.ids), list(b.mask))]
+    adv = [1.2, 1.2, 1.2, -0.4, -0.9, 0.3]
+    weight = [0.1, 0.05, 0.2, 0.3, 0.15, 0.2]
+    shift = 0.0 if updates == 1 else 0.3                                   # old != current: ratio != 1
+
+    def loss_and_grad(ss, aa, ww):
+        model.zero_grad()
+        logp, _, mask = forward_logprobs(model, ss, 0, "cpu")
+        with torch.no_grad():
+            ref_lp = forward_logprobs(ref, ss, 0, "cpu")[0]
+        loss, _ = mgrpo_loss(logp, logp.detach() - shift * mask, ref_lp, mask, torch.tensor(aa, dtype=torch.float64),
+                             torch.tensor(ww, dtype=torch.float64), clip_eps=0.2, beta=0.05)
+        loss.backward()
+        return float(loss), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    merged = merge_identical(samples, adv, weight, same_advantage=updates > 1)
+    assert len(merged[0]) == (3 if updates == 1 else 5)
+    want, got = loss_and_grad(samples, adv, weight), loss_and_grad(*merged)
+    assert got[0] == pytest.approx(want[0], rel=1e-6)                       # (action log-probs are fp32)
+    assert float((got[1] - want[1]).norm() / want[1].norm()) < 1e-5 and float(want[1].norm()) > 1e-3
+    assert sum(merged[2]) == pytest.approx(sum(weight))

@@ -476,8 +476,9 @@ def results_markdown(runs: dict[str, Any], columns: list[str], budgets: list[int
     n = sorted({c["n"] for r in runs.values() for c in r["tasks"].values()})
     ep = args.episode
     decoding = "greedy" if ep.temperature <= 0 else f"temperature {ep.temperature}, top-p {ep.top_p}"
+    pages = "held-out seeds" if args.seed_start < 0 else f"seeds {args.seed_start}.., validation pages"
     parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.tasks}`, {'/'.join(map(str, n))} "
-             f"episodes per task (held-out seeds), at most {budgets[-1]} interactions, {decoding}, "
+             f"episodes per task ({pages}), at most {budgets[-1]} interactions, {decoding}, "
              f"prompt {', '.join(dict.fromkeys(r['prompt'] for r in runs.values()))}. Average SR = successes / "
              f"episodes over all tasks; SE = its standard error (stratified by task).\n",
              table2(runs, columns),

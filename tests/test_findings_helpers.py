@@ -146,6 +146,13 @@ def test_plot_metrics_smoothed_and_per_task(tmp_path):
     assert steps == [1, 3, 5, 7] and line == pytest.approx([0.1, 0.2, 0.3, 0.5])
     raw = trainlib.plot_metrics(path, [("rollout/success_rate", "success rate")], png, smooth=0)
     assert raw["rollout/success_rate"][1] == [float(s % 2) for s in range(1, 9)]      # smooth=0: the raw values
+    # a panel's own smoothing (a sparse periodic evaluation is drawn as measured), several rows of panels
+    sparse = rows + [{"step": s, "val/success_rate": s / 8} for s in (0, 4, 8)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in sparse))
+    panels = [("val/success_rate", "validation", 1)] + [("rollout/success_rate", f"panel {k}") for k in range(5)]
+    both = trainlib.plot_metrics(path, panels, png, smooth=3)
+    assert both["val/success_rate"] == ([0, 4, 8], [0.0, 0.5, 1.0])
+    assert both["rollout/success_rate"][1][1] == pytest.approx(1 / 2)
 
 
 def test_per_task_success_metrics_reduce_over_ranks():

@@ -505,7 +505,8 @@ class _Request:
 class HFBackend:
     """Dynamic batching over ``model.generate``: requests that arrive while a batch runs (or within
     ``batch_window_s`` of the first) are generated together, left-padded, up to ``max_batch_size`` per call.
-    Requests in one batch share temperature / top-p (others wait for the next batch).
+    Requests in one batch share temperature / top-p (others wait for the next batch). A prompt that repeats
+    in a batch (the G first turns of an RL group) is prefilled once and its KV cache copied (``_shared_prefill``).
 
     Example::
 
@@ -515,7 +516,8 @@ class HFBackend:
 
     ``stats``: ``requests``, ``batches``, ``max_batch`` (largest batch so far), ``gen_tokens``,
     ``model_s`` / ``model_cpu_s`` (wall / CPU seconds inside ``model.generate``; the CPU time is the model
-    thread's own, i.e. all of it when ``num_threads=1``).
+    thread's own, i.e. all of it when ``num_threads=1``), ``shared_prefill_rows`` (rows whose prompt was
+    prefilled for an equal row of their batch).
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
@@ -529,7 +531,7 @@ class HFBackend:
         self.stop_ids = sorted(set(stop_ids)) if stop_ids is not None else end_of_turn_ids(tokenizer, model)
         self.pad_id = _pad_id(tokenizer, self.stop_ids)
         self.stats = {"requests": 0, "batches": 0, "max_batch": 0, "gen_tokens": 0, "model_s": 0.0,
-                      "model_cpu_s": 0.0}
+                      "model_cpu_s": 0.0, "shared_prefill_rows": 0}
         self._model_lock = threading.Lock()   # generate and logprobs_of never overlap on the model
         # One long-lived thread runs the model: its OpenMP pool persists between batches (a fresh thread per
         # call, as asyncio.to_thread may give, re-creates it), and torch's thread count can be set there.
@@ -605,6 +607,27 @@ class HFBackend:
                     if not r.future.done():   # a caller may have been cancelled meanwhile
                         r.future.set_result(g)
 
+    def _shared_prefill(self, reqs: list[_Request], input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        """The KV cache of every prompt but its last token, computed once per distinct prompt and copied to the
+        rows that repeat it (the G trajectories of an RL group start from the same page, so their first
+        prompts are equal); None when no prompt repeats. ``generate`` then runs only the last prompt token
+        of each row before sampling: the same positions (left padding, as generate computes them) and the
+        same result as a full prefill, to float rounding."""
+        first: dict[tuple[int, ...], int] = {}
+        row_of = [first.setdefault(tuple(r.prompt), len(first)) for r in reqs]
+        if len(first) == len(reqs) or input_ids.shape[1] < 2:
+            return None
+        from transformers import DynamicCache
+        distinct = torch.tensor([row_of.index(k) for k in range(len(first))], device=input_ids.device)
+        mask = attention_mask[distinct, :-1]
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=input_ids[distinct, :-1], attention_mask=mask, position_ids=positions,
+                   past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.reorder_cache(torch.tensor(row_of, device=input_ids.device))
+        self.stats["shared_prefill_rows"] += len(reqs) - len(first)
+        return cache
+
     def _generate_batch(self, reqs: list[_Request]) -> list[Generation]:
         """One left-padded ``model.generate`` call (worker thread)."""
         from transformers import GenerationConfig, LogitsProcessorList
@@ -630,7 +653,9 @@ class HFBackend:
         rec = _LogprobRecorder()
         with self._model_lock, torch.inference_mode():
             t0, c0 = time.perf_counter(), time.thread_time()
-            out = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attention_mask.to(dev),
+            input_ids, attention_mask = input_ids.to(dev), attention_mask.to(dev)
+            past = self._shared_prefill(reqs, input_ids, attention_mask)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=past,
                                       generation_config=gc, logits_processor=LogitsProcessorList([rec]))
             new = out.sequences[:, L:].cpu()                                           # [B, T]
             logp = rec.finish(out.sequences[:, -1]).cpu()                              # [B, T]

@@ -6,11 +6,13 @@ fp32, the reference model for the KL term as beta = 0.001 loads it). The configu
 step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of them alike; each prints its
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
-A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain`` (gen: most prompts per generate call, 0 = all
-of the step's; mb: action samples per forward of the update; update: train_mgrpo.update's ``fast`` (identical
-samples scored once, micro-batches of similar length) or ``plain`` (every sample in rollout order, as before).
-The default compares the demo's M-GRPO as it was (B 4 x G 4, generate calls of <= 16, micro-batches of 4,
-plain) with the same code at B 8 x G 8 and with this version's settings.
+A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T`` (gen: most prompts
+per generate call, 0 = all of the step's; mb: action samples per forward of the update; update:
+train_mgrpo.update's ``fast`` (identical samples scored once, micro-batches of similar length) or ``plain``
+(every sample in rollout order, as before); prefill: the HF backend's prefill of repeated prompts, once
+(``shared``) or per row (``full``, as before); threads: torch threads of generation). The default compares the
+demo's M-GRPO as it was (B 4 x G 4, generate calls of <= 16, micro-batches of 4, plain, full prefill, one
+thread) with the same code at B 8 x G 8 and with this version's settings, on one and on two threads.
 
     .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
 """
@@ -44,8 +46,9 @@ class Args:
     """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
-    configs: str = "old=4x4,gen=16,mb=4,update=plain;old-8x8=8x8,gen=16,mb=4,update=plain;new=8x8,gen=0,mb=16,update=fast"
-    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain"""
+    configs: str = ("old=4x4,gen=16,mb=4,update=plain,prefill=full;old-8x8=8x8,gen=16,mb=4,update=plain,prefill=full;"
+               "new=8x8,gen=0,mb=16,update=fast;new-2threads=8x8,gen=0,mb=16,update=fast,threads=2")
+    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
     max_turns: int = 6
@@ -56,8 +59,6 @@ class Args:
     """KL coefficient (0: no reference forward)"""
     update_threads: int = 0
     """torch threads of the update (0: torch's default, as train_mgrpo)"""
-    torch_threads: int = 1
-    """torch threads of generation (as train_mgrpo)"""
 
 
 @dataclass
@@ -68,6 +69,8 @@ class Config:
     gen: int
     mb: int
     fast: bool
+    threads: int
+    share: bool
 
 
 def parse_configs(spec: str) -> list[Config]:
@@ -79,12 +82,15 @@ def parse_configs(spec: str) -> list[Config]:
         kv = dict(o.split("=", 1) for o in opts)
         B, G = map(int, shape.split("x"))
         out.append(Config(name, B, G, int(kv.get("gen", 0)), int(kv.get("mb", 4)),
-                          kv.get("update", "fast") == "fast"))
+                          kv.get("update", "fast") == "fast", int(kv.get("threads", 1)),
+                          kv.get("prefill", "shared") == "shared"))
     return out
 
 
-async def one_step(cfg: Config, k: int, runner, backend, tok, engine, ref, tasks, args: Args) -> tuple[float, float, int]:
+async def one_step(cfg: Config, k: int, runner, backends, tok, engine, ref, tasks,
+                   args: Args) -> tuple[float, float, int]:
     """One M-GRPO step of ``cfg`` (its k-th): rollout seconds, update seconds, trajectories."""
+    backend = backends[cfg.name]
     backend.max_batch_size = cfg.gen or cfg.B * cfg.G
     groups = train_mgrpo.step_tasks(tasks, k * cfg.B, cfg.B, seed=0)
     jobs = [Job(dataclasses.replace(t, max_steps=args.max_turns), group=g) for g, t in enumerate(groups)
@@ -110,8 +116,12 @@ async def main(args: Args) -> None:
     ds = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
     engine = trainlib.make_engine(model, ds, lr=1e-6, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
     ref = trainlib.make_reference(policy.load(args.model)[0], ds) if args.beta else None
-    backend = policy.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens, temperature=1.0,
-                               num_threads=args.torch_threads or None)
+    backends = {}
+    for c in configs:   # one per configuration: its generation threads are set when its thread starts
+        backends[c.name] = policy.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
+                                            temperature=1.0, num_threads=c.threads)
+        if not c.share:
+            backends[c.name]._shared_prefill = lambda *_: None
     tasks = webenv.load_tasks(args.tasks)
     most = max(c.B * c.G for c in configs)
     print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
@@ -121,7 +131,7 @@ async def main(args: Args) -> None:
         for k in range(args.steps + 1):
             for c in configs:
                 engine.module.eval()
-                t_roll, t_upd, n = await one_step(c, k, runner, backend, tok, engine, ref, tasks, args)
+                t_roll, t_upd, n = await one_step(c, k, runner, backends, tok, engine, ref, tasks, args)
                 engine.module.train()
                 print(f"  step {k} {c.name:>8}: rollout {t_roll:6.2f} s (in model.generate {one_step.generate_s:5.2f} s), "
                       f"update {t_upd:5.2f} s, {n} trajectories"
@@ -129,17 +139,19 @@ async def main(args: Args) -> None:
                 if k:
                     t = totals[c.name]
                     t[0], t[1], t[2] = t[0] + t_roll, t[1] + t_upd, t[2] + n
-        await backend.aclose()
-    print("\n| configuration | B x G | gen batch | micro-batch | update | rollout s / traj | update s / traj "
-          "| trajectories / min | vs first |")
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|")
+        for b in backends.values():
+            await b.aclose()
+    print("\n| configuration | B x G | gen batch | micro-batch | update | prefill | gen threads | rollout s / traj "
+          "| update s / traj | trajectories / min | vs first |")
+    print("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
     first = None
     for c in configs:
         roll, upd, n = totals[c.name]
         per_min = 60.0 * n / (roll + upd)
         first = first or per_min
         print(f"| {c.name} | {c.B} x {c.G} | {c.gen or 'all'} | {c.mb} | {'fast' if c.fast else 'plain'} "
-              f"| {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} | x{per_min / first:.2f} |")
+              f"| {'shared' if c.share else 'full'} | {c.threads} | {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} "
+              f"| x{per_min / first:.2f} |")
 
 
 if __name__ == "__main__":

@@ -249,6 +249,37 @@ def test_hf_backend_batched_greedy_equals_unbatched(tiny):
     assert len({tuple(s.ids) for s in single}) > 1            # different prompts, different outputs
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_hf_backend_repeated_prompts_share_their_prefill(tiny, temperature):
+    """A batch holding the same prompt several times (the G first turns of an RL group) prefills each
+    distinct prompt once and copies its KV cache: the same tokens as a full prefill of every row (greedy, and
+    sampled from the same seed), the same log-probs to float rounding, the teacher-forced ones too."""
+    model, tok = tiny
+    a, b, c = _prompts(tok, 3)
+    prompts = [a, b, a, c, a, b, a]
+
+    def run(share: bool):
+        backend = policy.HFBackend(model, tok, max_new_tokens=12, temperature=temperature, batch_window_s=0.01)
+        if not share:
+            backend._shared_prefill = lambda *_: None
+
+        async def main():
+            torch.manual_seed(3)
+            gens = await asyncio.gather(*(backend.generate(p) for p in prompts))
+            await backend.aclose()
+            return gens
+        return asyncio.run(main()), backend.stats
+
+    (full, _), (shared, stats) = run(False), run(True)
+    assert stats["batches"] == 1 and stats["shared_prefill_rows"] == 4       # 7 rows, 3 distinct prompts
+    for f, s, p in zip(full, shared, prompts):
+        assert f.ids == s.ids and f.finish_reason == s.finish_reason
+        assert s.logprobs == pytest.approx(f.logprobs, abs=1e-4)
+        assert s.logprobs == pytest.approx(policy.model_logprobs(model, p, s.ids), abs=1e-4)
+    if temperature:
+        assert len({tuple(shared[i].ids) for i in (0, 2, 4, 6)}) > 1         # one prompt, G different samples
+
+
 def test_hf_backend_stops_at_end_of_turn(tiny):
     model, tok = tiny
     prompt = _prompts(tok, 1)[0]

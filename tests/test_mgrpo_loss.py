@@ -450,7 +450,7 @@ def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
         loss, _ = mgrpo_loss(logp, logp.detach() - shift * mask, ref_lp, mask, torch.tensor(aa, dtype=torch.float64),
                              torch.tensor(ww, dtype=torch.float64), clip_eps=0.2, beta=0.05)
         loss.backward()
-        return float(loss), torch.cat([p.grad.flatten() for p in model.parameters()])
+        return float(loss.detach()), torch.cat([p.grad.flatten() for p in model.parameters()])
 
     merged = merge_identical(samples, adv, weight, same_advantage=updates > 1)
     assert len(merged[0]) == (3 if updates == 1 else 5)

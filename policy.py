@@ -506,7 +506,8 @@ class HFBackend:
     """Dynamic batching over ``model.generate``: requests that arrive while a batch runs (or within
     ``batch_window_s`` of the first) are generated together, left-padded, up to ``max_batch_size`` per call.
     Requests in one batch share temperature / top-p (others wait for the next batch). A prompt that repeats
-    in a batch (the G first turns of an RL group) is prefilled once and its KV cache copied (``_shared_prefill``).
+    in a batch (the G first turns of an RL group) is prefilled once and its KV cache copied (``_shared_prefill``;
+    ``share_prefill=False``: every row prefilled, as before, for benchmarks and tests to compare).
 
     Example::
 
@@ -524,10 +525,11 @@ class HFBackend:
 
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 1024, temperature: float = 1.0,
                  top_p: float = 1.0, max_batch_size: int = 16, batch_window_s: float = 0.002,
-                 stop_ids: Sequence[int] | None = None, num_threads: int | None = None):
+                 stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True):
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s
+        self.share_prefill = share_prefill
         self.stop_ids = sorted(set(stop_ids)) if stop_ids is not None else end_of_turn_ids(tokenizer, model)
         self.pad_id = _pad_id(tokenizer, self.stop_ids)
         self.stats = {"requests": 0, "batches": 0, "max_batch": 0, "gen_tokens": 0, "model_s": 0.0,
@@ -615,7 +617,7 @@ class HFBackend:
         same result as a full prefill, to float rounding."""
         first: dict[tuple[int, ...], int] = {}
         row_of = [first.setdefault(tuple(r.prompt), len(first)) for r in reqs]
-        if len(first) == len(reqs) or input_ids.shape[1] < 2:
+        if not self.share_prefill or len(first) == len(reqs) or input_ids.shape[1] < 2:
             return None
         from transformers import DynamicCache
         distinct = torch.tensor([row_of.index(k) for k in range(len(first))], device=input_ids.device)

@@ -737,11 +737,9 @@ async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task],
     mine = pages[rank::world]
     greedy = dataclasses.replace(args.episode, temperature=0.0)
     got = await rollouts(runner, backend, tokenizer, [Job(t, group=i) for i, t in enumerate(mine)], greedy)
-    n = _all_reduce_sum(len(got))
-    ok = _all_reduce_sum(sum(t.reward > 0 for t in got))
-    turns = _all_reduce_sum(sum(len(t.steps) for t in got))
-    bad = _all_reduce_sum(sum(t.parse_errors for t in got))
-    errors = _all_reduce_sum(sum(t.env_error for t in got))
+    counts = torch.tensor([len(got), sum(t.reward > 0 for t in got), sum(len(t.steps) for t in got),
+                           sum(t.parse_errors for t in got), sum(t.env_error for t in got)], dtype=torch.long)
+    n, ok, turns, bad, errors = _all_reduce(counts, torch.distributed.ReduceOp.SUM).tolist()   # one collective
     return {"val/success_rate": ok / max(n, 1), "val/parse_fail_rate": bad / max(turns, 1),
             "val/env_errors": float(errors)}
 

@@ -88,8 +88,9 @@ def parse_configs(spec: str) -> list[Config]:
 
 
 async def one_step(cfg: Config, k: int, runner, backends, tok, engine, ref, tasks,
-                   args: Args) -> tuple[float, float, int]:
-    """One M-GRPO step of ``cfg`` (its k-th): rollout seconds, update seconds, trajectories."""
+                   args: Args) -> tuple[float, float, float, int]:
+    """One M-GRPO step of ``cfg`` (its k-th): rollout seconds, of them inside ``model.generate`` (wall), update
+    seconds, trajectories."""
     backend = backends[cfg.name]
     backend.max_batch_size = cfg.gen or cfg.B * cfg.G
     groups = train_mgrpo.step_tasks(tasks, k * cfg.B, cfg.B, seed=0)
@@ -99,13 +100,13 @@ async def one_step(cfg: Config, k: int, runner, backends, tok, engine, ref, task
     t0, m0 = time.perf_counter(), backend.stats["model_s"]
     trajs = await rollouts(runner, backend, tok, jobs, ep)
     t_roll = time.perf_counter() - t0
-    one_step.generate_s = backend.stats["model_s"] - m0   # (wall seconds inside model.generate)
+    t_gen = backend.stats["model_s"] - m0
     t0 = time.perf_counter()
     batch = train_mgrpo.mgrpo_batch(trajs)
     if batch.groups:
         targs = train_mgrpo.Args(micro_batch=cfg.mb, beta=args.beta, episode=ep)
         train_mgrpo.update(engine, ref, batch, tok.pad_token_id, targs, fast=cfg.fast)
-    return t_roll, time.perf_counter() - t0, len(trajs)
+    return t_roll, t_gen, time.perf_counter() - t0, len(trajs)
 
 
 async def main(args: Args) -> None:
@@ -119,9 +120,7 @@ async def main(args: Args) -> None:
     backends = {}
     for c in configs:   # one per configuration: its generation threads are set when its thread starts
         backends[c.name] = policy.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
-                                            temperature=1.0, num_threads=c.threads)
-        if not c.share:
-            backends[c.name]._shared_prefill = lambda *_: None
+                                            temperature=1.0, num_threads=c.threads, share_prefill=c.share)
     tasks = webenv.load_tasks(args.tasks)
     most = max(c.B * c.G for c in configs)
     print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
@@ -131,9 +130,9 @@ async def main(args: Args) -> None:
         for k in range(args.steps + 1):
             for c in configs:
                 engine.module.eval()
-                t_roll, t_upd, n = await one_step(c, k, runner, backends, tok, engine, ref, tasks, args)
+                t_roll, t_gen, t_upd, n = await one_step(c, k, runner, backends, tok, engine, ref, tasks, args)
                 engine.module.train()
-                print(f"  step {k} {c.name:>8}: rollout {t_roll:6.2f} s (in model.generate {one_step.generate_s:5.2f} s), "
+                print(f"  step {k} {c.name:>8}: rollout {t_roll:6.2f} s (in model.generate {t_gen:5.2f} s), "
                       f"update {t_upd:5.2f} s, {n} trajectories"
                       + ("  (warm-up)" if k == 0 else ""), flush=True)
                 if k:

@@ -17,7 +17,7 @@ stage "greedy on the validation pages"
 val greedy 0 0
 for k in $(seq 0 $((K - 1))); do stage "sample $k at T = 1"; val "t1-$k" 1 "$k"; done
 $PY - "$OUT" "$K" <<'PY'
-import collections, json, math, sys
+import collections, json, sys
 from pathlib import Path
 out, k = Path(sys.argv[1]), int(sys.argv[2])
 def outcomes(run):   # (task, seed) -> success of that run's episode
@@ -25,7 +25,7 @@ def outcomes(run):   # (task, seed) -> success of that run's episode
             for r in map(json.loads, (out / run / "trajectories.jsonl").read_text().splitlines())}
 greedy = outcomes("greedy")
 samples = [outcomes(f"t1-{i}") for i in range(k)]
-rows, n_all = collections.defaultdict(lambda: [0, 0, 0.0, 0]), 0
+rows = collections.defaultdict(lambda: [0, 0, 0.0, 0])   # task -> greedy, pass@k, mean, n
 for (task, seed), ok in greedy.items():
     r = rows[task]
     r[0] += ok

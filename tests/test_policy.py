@@ -259,9 +259,8 @@ def test_hf_backend_repeated_prompts_share_their_prefill(tiny, temperature):
     prompts = [a, b, a, c, a, b, a]
 
     def run(share: bool):
-        backend = policy.HFBackend(model, tok, max_new_tokens=12, temperature=temperature, batch_window_s=0.01)
-        if not share:
-            backend._shared_prefill = lambda *_: None
+        backend = policy.HFBackend(model, tok, max_new_tokens=12, temperature=temperature, batch_window_s=0.01,
+                                   share_prefill=share)
 
         async def main():
             torch.manual_seed(3)

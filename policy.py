@@ -412,9 +412,23 @@ def load(spec: str, *, device: str | torch.device | None = None, dtype: torch.dt
         raise ValueError(f"{spec}: the tokenizer has no chat template (a base model?); give one with "
                          "--chat-template PATH (a Jinja file, e.g. the template of the instruct model of the family)")
     _ensure_pad_token(tok)
-    model.to(device=dev, dtype=dtype)
+    to_device(model, dev, dtype)
     model.eval()
     return model, tok
+
+
+def to_device(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """Move ``model`` to ``device`` and cast its parameters to ``dtype``, leaving its buffers' dtypes alone.
+    ``model.to(dtype=torch.bfloat16)`` would round the rotary embedding's fp32 ``inv_freq`` too: the angle of
+    position p is then off by up to p x 2^-9 radians (32 at 16k tokens), so the trainer's
+    log-probs part from vLLM's (which computes the angles in fp32) and from a checkpoint reloaded by
+    ``from_pretrained`` (which keeps ``inv_freq`` in fp32) on long contexts. Seen on an H100: the trainer against
+    its reloaded bf16 checkpoint differed by up to 3 nats at 16k tokens (bench/RESULTS.md "GPU path")."""
+    model.to(device=device)
+    for p in model.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+    return model
 
 
 def read_chat_template(path: str) -> str:
@@ -781,10 +795,12 @@ class VLLMBackend:
         if self.sleep_mode:
             await self.engine.sleep(level=1)
 
-    async def wake_up(self) -> None:
-        """After the update, before the weight push: weights back on the GPU, KV cache allocated again."""
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """After the update: ``tags=["weights"]`` puts the weights back on the GPU (before the push),
+        ``["kv_cache"]`` allocates the KV cache again (after it, so the push's buffers and the cache never
+        coexist); None wakes both. No-op without sleep mode."""
         if self.sleep_mode:
-            await self.engine.wake_up()
+            await self.engine.wake_up(tags)
 
     async def aclose(self) -> None:
         """Shut the engine down: its EngineCore and worker processes exit (a parent that dies without this can

@@ -381,6 +381,16 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
 
 # ---- the training loop ----
 
+async def sync_weights(backend: policy.VLLMBackend, model: torch.nn.Module) -> None:
+    """After an update, the trainer's weights into the sleeping vLLM engine, in the order that keeps the GPU's
+    peak lowest: the update's cached memory handed back, the engine's weights woken, the new weights pushed,
+    then the KV cache allocated again (its share of ``--vllm-gpu-memory``)."""
+    trainlib.free_cached_memory()
+    await backend.wake_up(["weights"])
+    await policy.push_weights_to_vllm(backend, model)
+    await backend.wake_up(["kv_cache"])
+
+
 def main(args: Args) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     rank, local_rank, world = trainlib.init_distributed(timeout_s=collective_timeout_s(args.episode.episode_timeout))
@@ -432,6 +442,7 @@ def main(args: Args) -> Path:
                                    max_batch_size=args.gen_batch or args.tasks_per_step // world * args.group_size,
                                    num_threads=args.torch_threads if device.type == "cpu" and args.torch_threads else None)
     else:
+        trainlib.free_cached_memory()   # vLLM checks free GPU memory at start; loading left full copies cached
         backend = policy.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
                                      temperature=ep.temperature, top_p=ep.top_p,
                                      gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context,
@@ -567,8 +578,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 if args.backend == "vllm" and learn:
                     # ---- sync weights ----
                     t2 = time.time()
-                    await backend.wake_up()
-                    await policy.push_weights_to_vllm(backend, engine.module)
+                    await sync_weights(backend, engine.module)
                     train_stats["sync/push_seconds"] = time.time() - t2
                     train_stats["sync/max_logprob_diff"], train_stats["sync/mean_logprob_diff"] = \
                         await probe_sync(backend, engine.module, trajs, args)

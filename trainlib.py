@@ -17,6 +17,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import gc
 import inspect
 import json
 import logging
@@ -254,6 +255,20 @@ def make_reference(model: torch.nn.Module, cfg: dict[str, Any]) -> Any:
     engine, *_ = deepspeed.initialize(model=model, config=ref_cfg)
     engine.eval()
     return engine
+
+
+def free_cached_memory() -> int:
+    """Hand the GPU memory PyTorch's allocator holds but no tensor uses back to the driver; returns the bytes
+    handed back (0 on a CPU). Freed tensors stay in PyTorch's cache, invisible to another allocator in the same
+    process: vLLM checks free memory before it starts and re-allocates its share when it wakes, so the trainer
+    calls this before both (the full-size copies that loading left behind before ZeRO-3 partitioned them, the
+    update's activations)."""
+    if not torch.cuda.is_available():
+        return 0
+    gc.collect()
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return before - torch.cuda.memory_reserved()
 
 
 def set_cpu_threads(n: int) -> None:

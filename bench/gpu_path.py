@@ -2,7 +2,10 @@
 (Qwen2.5-0.5B or Qwen2.5-3B: their configs, Qwen2.5's vocabulary of 151,936), bf16 on a GPU, ZeRO-3 on one
 rank, SDPA attention; M-GRPO updates (Eq. 2, with the reference model's KL) on recorded multi-turn samples,
 BC steps (Eq. 1), a checkpoint saved and reloaded in the training dtype, and the trainer's log-probs against
-a fresh forward of the reloaded model. Prints tokens/s, peak memory and MFU, with the formula.
+a fresh forward of the reloaded model. Prints tokens/s, MFU with its formula, and GPU memory per phase (load,
+update, BC, save and reload: peak allocated and reserved, what is held at its end, and what
+``trainlib.free_cached_memory`` hands back after load and after the update, where the trainer calls it before
+vLLM starts and before it wakes).
 
 What the samples are: B x G trajectories of T turns; turn t's sample is the conversation so far (a prompt of
 ``--prompt-tokens`` per turn, growing, as a multi-turn agent's context does) and an action of
@@ -21,6 +24,7 @@ Run (CPU, what tests/test_gpu_path.py runs):  .venv/bin/python bench/gpu_path.py
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import sys
@@ -52,7 +56,13 @@ def build(shape: str, device: torch.device, dtype: torch.dtype):
                       tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1e6,
                       attn_implementation=policy.attn_implementation(device, dtype))
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(cfg).to(device=device, dtype=dtype)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):     # built and initialised on the device (3B on a CPU core: minutes)
+            return Qwen2ForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(default)
 
 
 def trajectories(groups: int, group_size: int, turns: int, prompt_tokens: int, action_tokens: int,
@@ -83,6 +93,31 @@ def model_flops(cfg, body: int, samples: list[Sample], passes: float) -> float:
     return total
 
 
+class PhaseMemory:
+    """GPU memory per phase, GiB: the peaks allocated and reserved inside it (reset at its start) and what is
+    allocated and reserved at its end. Records nothing on a CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.phases = cuda, {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        yield
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.phases[name] = {k: round(v / 2**30, 2) for k, v in (
+                ("peak_allocated", torch.cuda.max_memory_allocated()), ("peak_reserved", torch.cuda.max_memory_reserved()),
+                ("end_allocated", torch.cuda.memory_allocated()), ("end_reserved", torch.cuda.memory_reserved()))}
+
+    def freed(self, name: str) -> None:
+        """``trainlib.free_cached_memory`` at the end of phase ``name``: what it handed back."""
+        if self.cuda:
+            self.phases[name]["freed_by_empty_cache"] = round(trainlib.free_cached_memory() / 2**30, 2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=list(SHAPES), default="0.5b")
@@ -101,55 +136,57 @@ def main() -> None:
     rank, _, _ = trainlib.init_distributed()
     device, dtype = policy.decide_device()
     cuda = device.type == "cuda"
-    model = build(a.shape, device, dtype)
-    n_params = sum(p.numel() for p in model.parameters())
-    body = sum(p.numel() for name, p in model.named_parameters()
-               if "embed_tokens" not in name and "lm_head" not in name)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    tokenizer = policy.build_tokenizer(["a b c d e f g"] * 10, vocab_size=300)
-    cfg = trainlib.ds_config("configs/zero3.json", micro_batch=a.micro_batch, grad_accum=1, world_size=1,
-                             bf16=dtype == torch.bfloat16, grad_clip=1.0)
-    engine = trainlib.make_engine(model, cfg, lr=1e-5, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
-    ref = trainlib.make_reference(build(a.shape, device, dtype), cfg)
+    memory = PhaseMemory(cuda)
+    with memory("load"):
+        model = build(a.shape, device, dtype)
+        n_params = sum(p.numel() for p in model.parameters())
+        body = sum(p.numel() for name, p in model.named_parameters()
+                   if "embed_tokens" not in name and "lm_head" not in name)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        tokenizer = policy.build_tokenizer(["a b c d e f g"] * 10, vocab_size=300)
+        cfg = trainlib.ds_config("configs/zero3.json", micro_batch=a.micro_batch, grad_accum=1, world_size=1,
+                                 bf16=dtype == torch.bfloat16, grad_clip=1.0)
+        engine = trainlib.make_engine(model, cfg, lr=1e-5, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
+        ref = trainlib.make_reference(build(a.shape, device, dtype), cfg)
+    memory.freed("load")              # train_mgrpo: before the vLLM engine starts
     args = MGRPOArgs(micro_batch=a.micro_batch)
     trajs = trajectories(a.groups, a.group_size, a.turns, a.prompt_tokens, a.action_tokens)
     batch = mgrpo_batch(trajs)
     samples = batch.samples
     tokens = sum(len(s.ids) for s in samples)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
 
     # ---- M-GRPO updates (Eq. 2, KL to the reference) ----
     engine.train()
     times = []
-    for _ in range(a.updates):
-        sync()
-        t0 = time.perf_counter()
-        stats = update(engine, ref, batch, tokenizer.pad_token_id, args)
-        sync()
-        times.append(time.perf_counter() - t0)
+    with memory("update"):
+        for _ in range(a.updates):
+            sync()
+            t0 = time.perf_counter()
+            stats = update(engine, ref, batch, tokenizer.pad_token_id, args)
+            sync()
+            times.append(time.perf_counter() - t0)
+    memory.freed("update")            # train_mgrpo: before the engine wakes
     t_update = min(times[1:] or times)
 
     # ---- BC steps (Eq. 1) on the same samples ----
-    sync()
-    t0 = time.perf_counter()
-    for step in range(a.bc_steps):
-        chunk = samples[(step * a.micro_batch) % len(samples):][:a.micro_batch]
-        ids, attn, mask = (x.to(device) for x in trainlib.pad_batch([s.ids for s in chunk], [s.mask for s in chunk],
-                                                                    tokenizer.pad_token_id))
-        logp, _, _ = trainlib.action_logprobs(engine, ids, attn, mask)
-        loss = -(logp * mask).sum() / mask.sum()
-        engine.backward(loss)
-        engine.step()
-    sync()
-    t_bc = (time.perf_counter() - t0) / max(a.bc_steps, 1)
+    with memory("bc"):
+        sync()
+        t0 = time.perf_counter()
+        for step in range(a.bc_steps):
+            chunk = samples[(step * a.micro_batch) % len(samples):][:a.micro_batch]
+            ids, attn, mask = (x.to(device) for x in trainlib.pad_batch([s.ids for s in chunk],
+                                                                        [s.mask for s in chunk], tokenizer.pad_token_id))
+            logp, _, _ = trainlib.action_logprobs(engine, ids, attn, mask)
+            loss = -(logp * mask).sum() / mask.sum()
+            engine.backward(loss)
+            engine.step()
+        sync()
+        t_bc = (time.perf_counter() - t0) / max(a.bc_steps, 1)
     bc_tokens = sum(len(s.ids) for s in samples[:a.micro_batch])
-    peak = (torch.cuda.max_memory_allocated() if cuda
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
     # ---- checkpoint, reload in the training dtype, compare log-probs ----
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, memory("save_reload"):
         out = Path(a.out or tmp)
         ckpt = trainlib.save_checkpoint(engine, tokenizer, out, 1, {}, rank)
         reloaded, _ = policy.load(str(ckpt / "hf"), device=device, dtype=dtype)
@@ -166,6 +203,8 @@ def main() -> None:
         trained_diff = float((init[on] - fresh[on]).abs().max())
         reloaded_dtype = str(next(reloaded.parameters()).dtype)
 
+    peak = (max(p["peak_allocated"] for p in memory.phases.values()) * 2**30 if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     name = torch.cuda.get_device_name() if cuda else "cpu"
     peak_tflops = a.peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if k in name), 0.0)
     hf_cfg = engine.module.config
@@ -180,7 +219,8 @@ def main() -> None:
         "update_mfu": mfu(update_flops, t_update), "bc_seconds_per_step": t_bc, "bc_tokens_per_s": bc_tokens / t_bc,
         "bc_mfu": mfu(bc_flops, t_bc), "peak_memory_gib": peak / 2**30, "train_loss": stats["train/loss"],
         "reloaded_dtype": reloaded_dtype, "reload_max_logprob_diff": reload_diff,
-        "trained_vs_init_max_logprob_diff": trained_diff,
+        "trained_vs_init_max_logprob_diff": trained_diff, "memory_gib_by_phase": memory.phases,
+        "micro_batch": a.micro_batch, "sample_tokens_max": max(len(s.ids) for s in samples),
         "mfu_formula": "(fwd 2 N_body + 4 layers h s/2 per token, + 2 h V per action token) x (3 policy + 1 "
                        "reference) / seconds / peak",
     }

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,3 +29,21 @@ def test_gpu_path_script_runs_end_to_end_at_cpu_size(tmp_path):
     assert r["update_mfu"] is None                      # no peak FLOPs known for a CPU
     assert (tmp_path / "step_1" / "hf" / "model.safetensors").exists()
     assert r["reload_max_logprob_diff"] <= 1e-5 < r["trained_vs_init_max_logprob_diff"]   # the save holds the training
+
+
+@pytest.mark.gpu
+def test_gpu_path_on_a_gpu_in_bf16(tmp_path):
+    """The same script on CUDA at the 0.5B shape, small samples: bf16 weights, SDPA or FlashAttention-2, the
+    checkpoint reloads bit for bit in bf16, training moved the log-probs, and memory is reported per phase, with
+    the update's cached activations handed back by ``trainlib.free_cached_memory`` (docs/gpu.md)."""
+    proc = subprocess.run([sys.executable, "bench/gpu_path.py", "--shape", "0.5b", "--groups", "1", "--turns", "2",
+                           "--prompt-tokens", "256", "--action-tokens", "64", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["dtype"] == "torch.bfloat16" and r["reloaded_dtype"] == "torch.bfloat16" and r["zero_stage"] == 3
+    assert r["reload_max_logprob_diff"] == 0.0 < r["trained_vs_init_max_logprob_diff"]
+    phases = r["memory_gib_by_phase"]
+    assert set(phases) == {"load", "update", "bc", "save_reload"}
+    assert all(p["peak_allocated"] >= p["end_allocated"] > 0 for p in phases.values()), phases
+    assert phases["update"]["freed_by_empty_cache"] > 0, phases

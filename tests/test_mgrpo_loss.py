@@ -13,7 +13,7 @@ from rollout import Sample, Trajectory
 import env as webenv
 import trainlib
 from train_mgrpo import (TaskSampler, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups,
-                         shared_action_push, step_tasks)
+                         shared_action_push, step_tasks, sync_weights)
 
 
 def make_batch(rng: random.Random, n_groups=3, G=4, max_steps=5, max_tokens=7):
@@ -458,3 +458,28 @@ def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
     assert got[0] == pytest.approx(want[0], rel=1e-6)                       # (action log-probs are fp32)
     assert float((got[1] - want[1]).norm() / want[1].norm()) < 1e-5 and float(want[1].norm()) > 1e-3
     assert sum(merged[2]) == pytest.approx(sum(weight))
+
+
+def test_sync_weights_frees_the_cache_wakes_weights_pushes_then_wakes_the_kv_cache(monkeypatch):
+    """CUDA only, so at rule level (sleep mode is off on the CPU engine; tests/test_vllm.py pushes into a real
+    one): after an update the trainer hands its cached GPU memory back before vLLM allocates anything, wakes the
+    engine's weights, pushes the new ones, and only then re-allocates the KV cache, so the push's gather
+    buffers and the cache are never on the GPU together."""
+    import policy
+    calls = []
+
+    class Engine:
+        async def sleep(self, level):
+            calls.append(("sleep", level))
+
+        async def wake_up(self, tags=None):
+            calls.append(("wake_up", tags))
+
+    async def push(backend, model):
+        calls.append(("push", model))
+
+    monkeypatch.setattr(trainlib, "free_cached_memory", lambda: calls.append(("free_cached_memory",)) or 0)
+    monkeypatch.setattr(policy, "push_weights_to_vllm", push)
+    backend = policy.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=True, stop_ids=[0])
+    asyncio.run(sync_weights(backend, "model"))
+    assert calls == [("free_cached_memory",), ("wake_up", ["weights"]), ("push", "model"), ("wake_up", ["kv_cache"])]

@@ -25,6 +25,7 @@ import policy
 import trainlib
 
 ROOT = Path(__file__).resolve().parent.parent
+DEEPSPEED = [sys.executable, "-m", "deepspeed.launcher.runner"]   # the `deepspeed` command, wherever it is installed
 
 
 def run_script(*argv: str, launcher: list[str] | None = None, timeout: int = 900) -> str:
@@ -92,7 +93,7 @@ def test_bc_deepspeed_trains_and_saves(demos, tmp_path, zero):
 def test_bc_two_processes_through_deepspeed_launcher(demos, tmp_path):
     out = tmp_path / "ds2"
     log = run_script("train_bc.py", *BC_FAST, "--data", str(demos), "--out", str(out), "--max-steps", "2",
-                     launcher=[str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2",
+                     launcher=[*DEEPSPEED, "--num_gpus", "2",
                                "--master_port", str(free_port())])
     assert "micro 4 x accum 1 x world 2" in log
     assert not torch.equal(params("tiny"), params(str(out / "hf")))
@@ -308,7 +309,7 @@ def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
               "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short",
               "--lr", "1e-4", "--save-every", "2", "--dynamic-sampling", "3", "--eval-every", "3",
               "--eval-pages", "1"]
-    launcher = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
+    launcher = [*DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port())]
     log = run_script("tests/broken_rank.py", "train_mgrpo.py", *common, "--steps", "3", launcher=launcher)
     held = [tuple(map(int, m)) for m in re.findall(r"reference model: (\d+) of its (\d+) parameters", log)]
     assert len(held) == 2 and all(h < full / 1.5 for h, full in held), held     # partitioned over the 2 ranks
@@ -353,7 +354,7 @@ def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     out = tmp_path / "rl2"
     environ = dict(os.environ, PYTHONUNBUFFERED="1")
     environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
-    cmd = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port()),
+    cmd = [*DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()),
            "train_mgrpo.py", "--model", "tiny", "--tasks", "miniwob:click-button", "--out", str(out),
            "--steps", "200", "--tasks-per-step", "2", "--group-size", "2", "--max-turns", "1",
            "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0"]

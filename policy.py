@@ -112,7 +112,23 @@ def decide_device(device: str | torch.device | None = None) -> tuple[torch.devic
     choice = device if device is not None else os.environ.get("WEBAGENT_DEVICE")
     dev = torch.device(choice) if choice is not None else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
+    if choice is None and dev.type == "cpu":
+        _warn_unusable_gpu()
     return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+
+
+@functools.cache
+def _warn_unusable_gpu() -> None:
+    """Say it once, loudly, when the machine has an NVIDIA GPU that torch cannot use (a driver older than the
+    torch build's CUDA, a CPU-only torch): the run would otherwise train on the CPU in fp32 with gloo, quietly.
+    ``CUDA_VISIBLE_DEVICES=""`` (the test suite's choice) hides the GPU on purpose and says nothing."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not glob.glob("/dev/nvidia[0-9]*"):
+        return
+    cuda = torch.version.cuda
+    log.warning("an NVIDIA GPU is present (%s) but torch %s cannot use it (%s): training on the CPU in fp32. "
+                "Check `nvidia-smi` (the driver must support CUDA %s), or set WEBAGENT_DEVICE=cpu to mean it",
+                ", ".join(sorted(glob.glob("/dev/nvidia[0-9]*"))), torch.__version__,
+                "a CPU-only build" if cuda is None else f"built for CUDA {cuda}", cuda or "12+")
 
 
 def attn_implementation(device: torch.device, dtype: torch.dtype) -> str:

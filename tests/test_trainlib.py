@@ -2,12 +2,16 @@
 per-step logs rewound to the resumed step) and bad input to the training scripts (configs, data, model
 specs) failing early with the file and the field named."""
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 import policy
 import train_bc
 import trainlib
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _ckpt(path, step, complete=True):
@@ -150,3 +154,33 @@ def test_tasks_per_step_fits_any_world_size():
     assert tasks_per_step(6, 4, 2) == 6
     with pytest.raises(SystemExit, match="multiple of the world size 4"):
         tasks_per_step(6, 4, 4)
+
+
+def test_deepspeed_env_carries_the_site_urls_to_other_nodes(tmp_path):
+    """Multi-node: DeepSpeed's pdsh runner forwards only a few prefixes of the launching shell's variables, plus
+    the lines of .deepspeed_env, each sent as `export KEY=VALUE;` to the remote shell. scripts/deepspeed_env.sh
+    writes that file: the WA_* site URLs, WEBAGENT_*, and names asked for. Read and quoted by DeepSpeed's own
+    runner code and run by bash as pdsh runs it, every value comes back unchanged; a value DeepSpeed's quoting
+    cannot carry ($, quotes, backslashes) is refused by name."""
+    import subprocess
+    from deepspeed.launcher.multinode_runner import PDSHRunner
+    values = {"WA_SHOPPING": "http://10.0.0.5:7770", "WA_MAP": "http://h:3000/a b?x=1&y=2;'q'",
+              "WEBAGENT_DEVICE": "cuda", "EXTRA": "kept"}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("WA_", "WEBAGENT_"))}
+    proc = subprocess.run(["bash", str(ROOT / "scripts/deepspeed_env.sh"), "EXTRA"], cwd=tmp_path,
+                          env={**environ, **values}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    runner = PDSHRunner.__new__(PDSHRunner)              # its add_export quotes; get_cmd joins as below
+    runner.exports = {}
+    for line in (tmp_path / ".deepspeed_env").read_text().splitlines(keepends=True):   # runner.py's reading
+        key, val = line.split("=", maxsplit=1)
+        runner.add_export(key, val)
+    exports = "".join(f"export {k}={v}; " for k, v in runner.exports.items())
+    printed = subprocess.run(["bash", "-c", exports + "; ".join(f'printf "%s\\0" "${k}"' for k in values)],
+                             capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert printed.stdout.split("\0")[:-1] == list(values.values()), (exports, printed.stderr)
+    for bad in ({"NOT_SET_ANYWHERE": None}, {"WA_BAD": "http://h/$HOME"}):
+        name, value = next(iter(bad.items()))
+        proc = subprocess.run(["bash", str(ROOT / "scripts/deepspeed_env.sh"), name], cwd=tmp_path,
+                              env={**environ, **({name: value} if value else {})}, capture_output=True, text=True)
+        assert proc.returncode == 2 and name in proc.stderr, proc.stderr

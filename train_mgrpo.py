@@ -571,6 +571,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 t1 = time.time()
                 engine.module.train()
                 if args.backend == "vllm" and learn:
+                    probe = sync_probe_sample(trajs, backend)          # scored before and after the push
+                    before = await score_probe(backend, engine.module, probe)
                     await backend.sleep()           # the engine's GPU memory goes to the update (CUDA only)
                 train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args) if learn else {}
                 t_train = time.time() - t1
@@ -580,8 +582,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                     t2 = time.time()
                     await sync_weights(backend, engine.module)
                     train_stats["sync/push_seconds"] = time.time() - t2
-                    train_stats["sync/max_logprob_diff"], train_stats["sync/mean_logprob_diff"] = \
-                        await probe_sync(backend, engine.module, trajs, args)
+                    train_stats.update(await probe_sync(backend, engine.module, probe, args, before))
 
                 # ---- log ----
                 stats = rollout_stats(trajs, batch, t_rollout, t_train)
@@ -591,10 +592,15 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 stats.update(train_stats)
                 stats.update(task_counts(trajs, sampler.tasks))
                 stats.update(shared_action_push(trajs))
-                sync = {k: stats.pop(k) for k in ("sync/max_logprob_diff", "sync/mean_logprob_diff") if k in stats}
-                stats = task_success(_all_reduce_mean(stats))          # (sync: on every rank or none, learn agreed)
-                for k, v in sync.items():                              # the worst rank's engine, not the average
-                    stats[k] = _all_reduce_fmax(v)
+                # the worst rank's engine, not the average (on every rank or none: learn is agreed; a rank
+                # without samples has no figure and takes no part in the worst)
+                sync = {k: stats.pop(k, None) for k in SYNC_WORST} if args.backend == "vllm" and learn else {}
+                stats = task_success(_all_reduce_mean(stats))
+                for k, v in sync.items():
+                    sign = SYNC_WORST[k]
+                    worst = sign * _all_reduce_fmax(sign * v if v is not None else -math.inf)
+                    if math.isfinite(worst):
+                        stats[k] = worst
                 out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
                 # one rank's Ctrl-C (or clock) stops them all at this step
                 why = _all_reduce_max(2 if stop["flag"] else 1 if out_of_time else 0)
@@ -705,36 +711,70 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bo
     return totals
 
 
-async def probe_sync(backend, model, trajs: list[Trajectory], args: Args) -> tuple[float, float]:
-    """Max and mean |log p_engine - log p_trainer| over the action tokens of one sample, after a weight push.
-    The warning looks at the mean: in bf16 the two sides' kernels differ on single tokens by more than a
-    stale or broken push can be told from (README, "vLLM and the GPU path").
+#: the weight-sync figures, reported for the worst rank: +1 the largest, -1 the smallest
+SYNC_WORST = {"sync/max_logprob_diff": 1, "sync/mean_logprob_diff": 1, "sync/trainer_shift": 1,
+              "sync/shift_ratio": -1}
 
-    The probe is the step's shortest sample (vLLM scores every position of a prompt-log-prob request), cut so
-    that it leaves vLLM room for the one token it samples (a sample that filled the context would be rejected).
-    Every rank runs the trainer's forward, a rank without samples on a 2-token dummy: under ZeRO-3 the forward
-    gathers parameters collectively, and a rank that skipped it would leave the others waiting."""
+
+def sync_probe_sample(trajs: list[Trajectory], backend) -> Sample:
+    """The sample the weight-sync check scores: the step's shortest (vLLM scores every position of a
+    prompt-log-prob request), cut so that it leaves vLLM room for the one token it samples (a sample that filled
+    the context would be rejected); a 2-token dummy on a rank without samples."""
     samples = [s for t in trajs for s in t.samples if 1 in s.mask]
     pad = backend.tokenizer.pad_token_id
     probe = min(samples, key=lambda s: len(s.ids)) if samples else Sample([pad, pad], [0, 0])
     limit = getattr(backend, "max_model_len", None)
     if limit is not None and len(probe.ids) >= limit:
         probe = Sample(probe.ids[:limit - 1], probe.mask[:limit - 1])
+    return probe
+
+
+async def score_probe(backend, model, probe: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trainer's and the engine's log-probs of the probe's action tokens (empty where it has none). Every
+    rank runs the trainer's forward, a rank without samples on its dummy: under ZeRO-3 the forward gathers
+    parameters collectively, and a rank that skipped it would leave the others waiting."""
+    pad = backend.tokenizer.pad_token_id
     with torch.no_grad():
         logp, _, mask = forward_logprobs(model, [probe], pad, next(model.parameters()).device)
     if 1 not in probe.mask:   # no samples, or the action starts past max_model_len: nothing to compare
-        return 0.0, 0.0
+        return torch.zeros(0), torch.zeros(0)
     start = probe.mask.index(1)
     on = mask[0, start:len(probe.ids)].bool().cpu()                  # the action tokens (the trainer scores only those)
     trainer = logp[0, start:len(probe.ids)].float().cpu()[on]
     engine_lp = torch.tensor(await backend.logprobs_of(probe.ids[:start], probe.ids[start:]))[on]
+    return trainer, engine_lp
+
+
+async def probe_sync(backend, model, probe: Sample, args: Args,
+                     before: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
+    """After a weight push, the engine against the trainer on the probe's action tokens:
+    ``sync/max_logprob_diff`` and ``sync/mean_logprob_diff``, |log p_engine - log p_trainer|; with ``before``
+    (``score_probe`` before the update), ``sync/trainer_shift`` (mean |change| of the trainer's log-probs across
+    the update) and ``sync/shift_ratio`` (the engine's mean |change| over the trainer's). The difference works in
+    fp32, where the two sides agree to ~1e-6; in bf16 their kernels differ by ~0.03 nats on average, more than a
+    small update moves anything, so a stale engine passes it. The shift does not: the same kernels score the
+    same tokens before and after, so a push that reached the engine moves its log-probs about as far as the
+    trainer's moved (ratio ~1), and one that changed nothing leaves them where they were (ratio 0). Warns when
+    the mean difference exceeds ``--sync-warn`` or the ratio is below 0.5."""
+    trainer, engine_lp = await score_probe(backend, model, probe)
+    if not len(trainer):
+        return {}
     diff = (trainer - engine_lp).abs()
-    worst, mean = float(diff.max()), float(diff.mean())
-    if mean > args.sync_warn:
+    stats = {"sync/max_logprob_diff": float(diff.max()), "sync/mean_logprob_diff": float(diff.mean())}
+    if stats["sync/mean_logprob_diff"] > args.sync_warn:
         log.warning("!!! WEIGHT SYNC CHECK FAILED: vLLM and trainer log-probs differ by %.3f on average (> %.3f; "
-                    "max %.3f) after the push; the engine may be generating with stale weights !!!", mean,
-                    args.sync_warn, worst)
-    return worst, mean
+                    "max %.3f) after the push; the engine may be generating with stale weights !!!",
+                    stats["sync/mean_logprob_diff"], args.sync_warn, stats["sync/max_logprob_diff"])
+    if before is not None and len(before[0]) == len(trainer):
+        moved = float((trainer - before[0]).abs().mean())
+        stats["sync/trainer_shift"] = moved
+        if moved > 0.0:   # (an update below the weights' precision moves nothing: nothing to check)
+            stats["sync/shift_ratio"] = float((engine_lp - before[1]).abs().mean()) / moved
+            if stats["sync/shift_ratio"] < 0.5:
+                log.warning("!!! WEIGHT SYNC CHECK FAILED: the update moved the trainer's log-probs by %.2e on "
+                            "average and the engine's by %.2f of that: the push did not reach the engine !!!",
+                            moved, stats["sync/shift_ratio"])
+    return stats
 
 
 async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task], args: Args) -> dict[str, float]:

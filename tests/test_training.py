@@ -321,6 +321,8 @@ def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
     assert all(r["rollout/env_errors"] >= 2 for r in rows), rows          # rank 1's 4 per round, averaged
     synced = [r["sync/max_logprob_diff"] for r in rows if "sync/max_logprob_diff" in r]
     assert synced and all(0.0 <= d <= 1e-4 for d in synced), rows
+    ratios = [r["sync/shift_ratio"] for r in rows if "sync/shift_ratio" in r]   # the push moved the engine as far
+    assert len(ratios) == len(synced) and all(0.9 <= q <= 1.1 for q in ratios), rows   # as the update the trainer
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
 
     (out / "latest").write_text("step_2")            # as if the run had died after step 2

@@ -69,11 +69,11 @@ def _start(run, path: str, **kw) -> policy.VLLMBackend:
     return run(start(), timeout=300)
 
 
-def _stepped(model, tok):
+def _stepped(model, tok, lr: float = 3e-2):
     """A copy of ``model`` after one real AdamW step on a cross-entropy loss: the trainer after an update."""
     import copy
     trainer = copy.deepcopy(model).train()
-    opt = torch.optim.AdamW(trainer.parameters(), lr=3e-2)
+    opt = torch.optim.AdamW(trainer.parameters(), lr=lr)
     ids = torch.tensor([_prompt(tok, 9)])
     loss = trainer(input_ids=ids, labels=ids).loss
     loss.backward()
@@ -177,24 +177,45 @@ def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):
     sample = Sample(full, [0] * len(prompt) + [1] * (MAX_LEN - len(prompt)))
     args = types.SimpleNamespace(sync_warn=0.1)
     traj = Trajectory(group=0, task_id="t", seed=0, samples=[sample])
-    diff, mean = run(train_mgrpo.probe_sync(engine, trainer, [traj], args))
-    assert 0.0 < mean <= diff <= TOL
+    probe = train_mgrpo.sync_probe_sample([traj], engine)
+    assert len(probe.ids) == MAX_LEN - 1                                # room for the one token vLLM samples
+    stats = run(train_mgrpo.probe_sync(engine, trainer, probe, args))
+    assert 0.0 < stats["sync/mean_logprob_diff"] <= stats["sync/max_logprob_diff"] <= TOL
     shorter = Sample(full[:100], [0] * 90 + [1] * 10)                  # the shortest sample is the probe
-    calls = []
-    real = engine.logprobs_of
-
-    async def spy(p, t):
-        calls.append(len(p) + len(t))
-        return await real(p, t)
-    engine.logprobs_of = spy
-    try:
-        run(train_mgrpo.probe_sync(engine, trainer, [traj, Trajectory(group=1, task_id="t", seed=1,
-                                                                      samples=[shorter])], args))
-    finally:
-        del engine.logprobs_of
-    assert calls == [100]
+    assert train_mgrpo.sync_probe_sample([traj, Trajectory(group=1, task_id="t", seed=1, samples=[shorter])],
+                                         engine).ids == full[:100]
     with pytest.raises(ValueError, match="max_model_len"):
         run(engine.logprobs_of(full[:-1], full[-1:]))
+
+
+def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, caplog):
+    """The bf16-proof sync check on the real engine. An update small enough that the engine's and trainer's
+    log-probs differ by less than --sync-warn even when the push never happened (what bf16's ~0.03-nat kernel
+    noise does to any update at the paper's lr 1e-6): the difference check passes the stale engine, the shift
+    check catches it (the engine's log-probs did not move while the trainer's did), and passes a real push."""
+    import logging
+    import train_mgrpo
+    from rollout import Sample
+    _, model, tok = served
+    run(policy.push_weights_to_vllm(engine, model), timeout=120)       # the engine at the update's start
+    prompt = _prompt(tok)
+    target = run(engine.generate(prompt, temperature=1.0)).ids
+    probe = Sample(prompt + target, [0] * len(prompt) + [1] * len(target))
+    args = types.SimpleNamespace(sync_warn=0.1)
+    trainer = _stepped(model, tok, lr=1e-4)                           # the update
+    for pushed in (False, True):
+        before = run(train_mgrpo.score_probe(engine, model, probe))
+        if pushed:
+            run(policy.push_weights_to_vllm(engine, trainer), timeout=120)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            stats = run(train_mgrpo.probe_sync(engine, trainer, probe, args, before))
+        assert stats["sync/mean_logprob_diff"] < args.sync_warn and stats["sync/trainer_shift"] > 1e-4, stats
+        if pushed:
+            assert 0.99 <= stats["sync/shift_ratio"] <= 1.01 and "FAILED" not in caplog.text, stats
+        else:
+            assert stats["sync/shift_ratio"] < 1e-3 and "the push did not reach the engine" in caplog.text, stats
+    run(policy.push_weights_to_vllm(engine, model), timeout=120)       # the fixture's engine as it was
 
 
 _SHUTDOWN_SCRIPT = textwrap.dedent(r"""

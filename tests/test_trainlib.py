@@ -184,3 +184,39 @@ def test_deepspeed_env_carries_the_site_urls_to_other_nodes(tmp_path):
         proc = subprocess.run(["bash", str(ROOT / "scripts/deepspeed_env.sh"), name], cwd=tmp_path,
                               env={**environ, **({name: value} if value else {})}, capture_output=True, text=True)
         assert proc.returncode == 2 and name in proc.stderr, proc.stderr
+
+
+_TWO_RANKS = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import torch, trainlib, train_mgrpo
+rank, local_rank, world = trainlib.init_distributed(timeout_s=2400)
+out = {"rank": rank, "world": world, "backend": torch.distributed.get_backend(),
+       "device": str(trainlib.collective_device()),
+       "sum": train_mgrpo._all_reduce_sum(rank + 1), "max": train_mgrpo._all_reduce_max(rank + 1),
+       "fmax": train_mgrpo._all_reduce_fmax(-float(rank)), "mean": train_mgrpo._all_reduce_mean({"a": float(rank)})}
+print("RESULT " + json.dumps(out), flush=True)
+torch.distributed.destroy_process_group()
+"""
+
+
+def test_collectives_for_real_in_two_gloo_processes(tmp_path):
+    """The gloo halves of the two rules above, in two real processes (NCCL's halves need GPUs): with the models
+    on the CPU init_distributed picks gloo, collectives stay on the CPU, and train_mgrpo's reductions add, take
+    the max and average across the ranks."""
+    import subprocess
+    import sys
+    script = tmp_path / "ranks.py"
+    script.write_text(_TWO_RANKS)
+    port = str(trainlib._free_port())
+    procs = [subprocess.Popen([sys.executable, str(script), str(ROOT)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WEBAGENT_DEVICE="cpu"))
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][-2000:] + outs[1][-2000:]
+    res = [json.loads(o.split("RESULT ", 1)[1].splitlines()[0]) for o in outs]
+    for r, got in enumerate(res):
+        assert (got["rank"], got["world"], got["backend"], got["device"]) == (r, 2, "gloo", "cpu")
+        assert (got["sum"], got["max"], got["fmax"], got["mean"]) == (3, 2, 0.0, {"a": 0.5})

@@ -30,6 +30,13 @@ declare -A RUNS=(
   [lr2e-5]="--lr 2e-5 --warmup-steps 4"
   [lr5e-5]="--lr 5e-5 --warmup-steps 4"
   [lr1e-4]="--lr 1e-4 --warmup-steps 4"
+  # rule 3's levers on the setting rule 2 picked (lr 1e-4 at 2048 trajectories; docs/results.md, session 11),
+  # written here before any of them ran
+  [lr1e-4+no-credit]="--lr 1e-4 --warmup-steps 4 --invalid-turns no-credit"
+  [lr1e-4+group-all]="--lr 1e-4 --warmup-steps 4 --group-norm all"
+  [lr1e-4+flat]="--lr 1e-4 --warmup-steps 4 --action-weight flat"
+  [lr1e-4+beta0.01]="--lr 1e-4 --warmup-steps 4 --beta 0.01"
+  [lr1e-4+upb2]="--lr 1e-4 --warmup-steps 4 --updates-per-batch 2 --clip-eps 0.28"
 )
 ORDER=(lr5e-5 lr2e-5 lr1e-4)
 [ $# -gt 0 ] && ORDER=("$@")

@@ -60,10 +60,15 @@ for name in "${ORDER[@]}"; do
       ${RUNS[$name]}; }
   for s in $CKPTS; do
     evaluate "$name-$((s * B * G))" "$OUT/$name/step_$s/hf"
-    REUSE="$REUSE,$OUT/evals/$name-$((s * B * G))"
   done
 done
 
+# the table holds every run evaluated so far, this call's and earlier ones', in the order above
+for name in lr2e-5 lr5e-5 lr1e-4 lr1e-4+no-credit lr1e-4+group-all lr1e-4+flat lr1e-4+beta0.01 lr1e-4+upb2; do
+  for s in $CKPTS; do
+    [ -s "$OUT/evals/$name-$((s * B * G))/results.json" ] && REUSE="$REUSE,$OUT/evals/$name-$((s * B * G))"
+  done
+done
 stage "one table: $REUSE"
 $PY eval.py --model "" --reuse "$REUSE" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
   --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/table"

@@ -125,10 +125,11 @@ def _warn_unusable_gpu() -> None:
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not glob.glob("/dev/nvidia[0-9]*"):
         return
     cuda = torch.version.cuda
-    log.warning("an NVIDIA GPU is present (%s) but torch %s cannot use it (%s): training on the CPU in fp32. "
-                "Check `nvidia-smi` (the driver must support CUDA %s), or set WEBAGENT_DEVICE=cpu to mean it",
-                ", ".join(sorted(glob.glob("/dev/nvidia[0-9]*"))), torch.__version__,
-                "a CPU-only build" if cuda is None else f"built for CUDA {cuda}", cuda or "12+")
+    fix = ("it is a CPU-only build: install a CUDA build of torch" if cuda is None else
+           f"it is built for CUDA {cuda}: check `nvidia-smi`, whose driver must support CUDA {cuda}")
+    log.warning("an NVIDIA GPU is present (%s) but torch %s cannot use it (%s); training on the CPU in fp32. "
+                "WEBAGENT_DEVICE=cpu says that is meant", ", ".join(sorted(glob.glob("/dev/nvidia[0-9]*"))),
+                torch.__version__, fix)
 
 
 def attn_implementation(device: torch.device, dtype: torch.dtype) -> str:

@@ -261,8 +261,8 @@ def free_cached_memory() -> int:
     """Hand the GPU memory PyTorch's allocator holds but no tensor uses back to the driver; returns the bytes
     handed back (0 on a CPU). Freed tensors stay in PyTorch's cache, which no other process can use: vLLM's
     engine (its own processes) checks free memory before it starts and re-allocates its share when it wakes,
-    so the trainer calls this before both (the full-size copies that loading left behind before ZeRO-3 partitioned them, the
-    update's activations)."""
+    so the trainer calls this before both (the full-size copies that loading left behind before ZeRO-3
+    partitioned them, the update's activations)."""
     if not torch.cuda.is_available():
         return 0
     gc.collect()

@@ -109,7 +109,8 @@ class PhaseMemory:
         if self.cuda:
             torch.cuda.synchronize()
             self.phases[name] = {k: round(v / 2**30, 2) for k, v in (
-                ("peak_allocated", torch.cuda.max_memory_allocated()), ("peak_reserved", torch.cuda.max_memory_reserved()),
+                ("peak_allocated", torch.cuda.max_memory_allocated()),
+                ("peak_reserved", torch.cuda.max_memory_reserved()),
                 ("end_allocated", torch.cuda.memory_allocated()), ("end_reserved", torch.cuda.memory_reserved()))}
 
     def freed(self, name: str) -> None:
@@ -175,8 +176,8 @@ def main() -> None:
         t0 = time.perf_counter()
         for step in range(a.bc_steps):
             chunk = samples[(step * a.micro_batch) % len(samples):][:a.micro_batch]
-            ids, attn, mask = (x.to(device) for x in trainlib.pad_batch([s.ids for s in chunk],
-                                                                        [s.mask for s in chunk], tokenizer.pad_token_id))
+            padded = trainlib.pad_batch([s.ids for s in chunk], [s.mask for s in chunk], tokenizer.pad_token_id)
+            ids, attn, mask = (x.to(device) for x in padded)
             logp, _, _ = trainlib.action_logprobs(engine, ids, attn, mask)
             loss = -(logp * mask).sum() / mask.sum()
             engine.backward(loss)

@@ -122,13 +122,14 @@ def _warn_unusable_gpu() -> None:
     """Say it once, loudly, when the machine has an NVIDIA GPU that torch cannot use (a driver older than the
     torch build's CUDA, a CPU-only torch): the run would otherwise train on the CPU in fp32 with gloo, quietly.
     ``CUDA_VISIBLE_DEVICES=""`` (the test suite's choice) hides the GPU on purpose and says nothing."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not glob.glob("/dev/nvidia[0-9]*"):
+    gpus = sorted(glob.glob("/dev/nvidia[0-9]*"))
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not gpus:
         return
     cuda = torch.version.cuda
     fix = ("it is a CPU-only build: install a CUDA build of torch" if cuda is None else
            f"it is built for CUDA {cuda}: check `nvidia-smi`, whose driver must support CUDA {cuda}")
     log.warning("an NVIDIA GPU is present (%s) but torch %s cannot use it (%s); training on the CPU in fp32. "
-                "WEBAGENT_DEVICE=cpu says that is meant", ", ".join(sorted(glob.glob("/dev/nvidia[0-9]*"))),
+                "WEBAGENT_DEVICE=cpu says that is meant", ", ".join(gpus),
                 torch.__version__, fix)
 
 

@@ -38,6 +38,7 @@ declare -A RUNS=(
   [lr1e-4+beta0.01]="--lr 1e-4 --warmup-steps 4 --beta 0.01"
   [lr1e-4+upb2]="--lr 1e-4 --warmup-steps 4 --updates-per-batch 2 --clip-eps 0.28"
 )
+NAMES=(lr2e-5 lr5e-5 lr1e-4 lr1e-4+no-credit lr1e-4+group-all lr1e-4+flat lr1e-4+beta0.01 lr1e-4+upb2)  # table order
 ORDER=(lr5e-5 lr2e-5 lr1e-4)
 [ $# -gt 0 ] && ORDER=("$@")
 
@@ -64,7 +65,7 @@ for name in "${ORDER[@]}"; do
 done
 
 # the table holds every run evaluated so far, this call's and earlier ones', in the order above
-for name in lr2e-5 lr5e-5 lr1e-4 lr1e-4+no-credit lr1e-4+group-all lr1e-4+flat lr1e-4+beta0.01 lr1e-4+upb2; do
+for name in "${NAMES[@]}"; do
   for s in $CKPTS; do
     [ -s "$OUT/evals/$name-$((s * B * G))/results.json" ] && REUSE="$REUSE,$OUT/evals/$name-$((s * B * G))"
   done

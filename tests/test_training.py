@@ -347,6 +347,46 @@ def _rank_pid(script: str, local_rank: int) -> int | None:
     return None
 
 
+@pytest.mark.usefixtures("vllm_required")
+def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_and_leaves_no_process(half_right_bc, tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. The vLLM engine's processes
+    live in a session of their own (`policy.detach_from_trainer`), so the signal reaches the trainer only: it
+    finishes the step, saves, shuts the engine down and exits 0, and no process it started (engine, workers,
+    browser) outlives it. Before, the engine core exited on the same SIGINT and the step failed."""
+    import signal
+    import time
+    import psutil
+    out, log = tmp_path / "rlc", tmp_path / "log.txt"
+    cmd = [sys.executable, "train_mgrpo.py", "--model", str(half_right_bc), "--tasks", "miniwob:click-button",
+           "--out", str(out), "--backend", "vllm", "--steps", "200", "--tasks-per-step", "1", "--group-size", "2",
+           "--max-turns", "1", "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0"]
+    with open(log, "w") as sink:     # a file, not a pipe: vLLM's start-up log would fill a pipe nobody reads
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        deadline = time.time() + 400
+        while not ((out / "metrics.jsonl").exists() and [r for r in metrics(out) if r.get("step", 0) >= 1]):
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-4000:]
+            time.sleep(0.5)
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert any(p.name().startswith("VLLM::") for p in started), [p.name() for p in started]
+        os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert proc.returncode == 0 and "(interrupted)" in text, text[-4000:]
+    steps = [r["step"] for r in metrics(out) if r.get("step", 0) >= 1]
+    assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200
+    assert (out / "latest").read_text() == f"step_{steps[-1]}" and (out / "hf" / "config.json").exists()
+    deadline = time.time() + 30
+    while (alive := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
+            and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive, [p.name() for p in alive]
+
+
 def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     """Two ranks through the `deepspeed` launcher; SIGINT reaches rank 1 only (as when one node's job is
     interrupted). Both ranks agree on the flag after the step, stop at the same step and save once; without

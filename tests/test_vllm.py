@@ -254,11 +254,17 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("how", ["close", "ctrl-c"])
-def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
+@pytest.mark.parametrize("how,start", [("close", "fork"), ("ctrl-c", "fork"), ("killed", "fork"),
+                                       ("ctrl-c", "spawn"), ("killed", "spawn")])
+def test_shutdown_leaves_no_engine_process(served, tmp_path, how, start):
+    """However the parent ends (it closes the backend, a terminal's Ctrl-C reaches its process group, or it is
+    killed outright, SIGKILL, with no chance to clean up), no engine process outlives it: the engine runs in
+    a session of its own and gets SIGTERM when its parent dies (`policy.detach_from_trainer`). vLLM forks
+    its engine on a CPU and spawns it once CUDA is initialized (every GPU trainer): both ways, for real."""
     script = tmp_path / "engine.py"
     script.write_text(_SHUTDOWN_SCRIPT)
-    environ = dict(os.environ, CUDA_VISIBLE_DEVICES="4,5")      # as the launcher sets it for every rank
+    environ = dict(os.environ, CUDA_VISIBLE_DEVICES="4,5",      # as the launcher sets it for every rank
+                   VLLM_WORKER_MULTIPROC_METHOD=start)
     proc = subprocess.Popen([sys.executable, str(script), ROOT, served[0], how], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, env=environ)
     pids, gpus, lines = None, None, []
@@ -278,6 +284,8 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
         assert gpus[0] == "4,5" and set(gpus[1:]) - {None} == {"5"}, gpus
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does: the whole process group
+        if how == "killed":
+            os.kill(proc.pid, signal.SIGKILL)           # the parent alone: its engine is left to die with it
         try:
             rest = proc.communicate(timeout=120)[0]
         except subprocess.TimeoutExpired as e:

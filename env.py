@@ -78,7 +78,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Sequence
 from urllib.parse import unquote, urlsplit
 
 from playwright.async_api import Error as PlaywrightError
@@ -123,6 +123,7 @@ class Task:
     allowed_hosts: tuple[str, ...] = ()  # hosts a context may reach; derived from start_url when empty
     max_steps: int = 15
     family: str = "webarena"        # the registered TaskFamily's name
+    require_reset: bool = False     # the config says the episode changes its site (WebArena's require_reset)
 
 
 @dataclass
@@ -518,6 +519,14 @@ class TaskFamily:
     def load(self, body: str) -> list[Task]:
         """The tasks named by the BODY of a ``load_tasks("NAME:BODY")`` spec."""
         raise ValueError(f"the task family {self.name!r} does not load task specs")
+
+    @contextlib.asynccontextmanager
+    async def lease(self, task: Task) -> AsyncIterator[Task]:
+        """Hold what one episode of ``task`` needs to itself, from before its reset until it is scored, and give
+        the task as it runs there. Default: nothing to hold, the task unchanged. WebArena's family leases a
+        replica of each site a state-changing task uses (``webarena.SitePool``) and gives the task with its
+        URLs moved there; the runner (rollout.Runner) enters this around every episode."""
+        yield task
 
     def hosts(self, task: Task) -> tuple[str, ...]:
         """Hosts a context of ``task`` may reach ("host", "host:port", or "file" for file:// URLs); every other

@@ -22,6 +22,8 @@ Experts (experts.py) run their scripted episodes through the same ``Runner``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -206,12 +208,18 @@ class Runner:
         is called as each episode ends."""
         async def one(job: J) -> R:
             env = await self._get_env()
+            task = getattr(job, "task", job)   # a rollout Job, or a bare Task (experts)
             try:
-                result = await asyncio.wait_for(episode(env, job), self.timeout_s)
+                # what the episode needs to itself (a site replica: webarena.SitePool), waited for outside the
+                # episode's time limit and given back however the episode ends
+                # (the callbacks get the job as given, the episode the job on its lease)
+                async with webenv.family_of(task).lease(task) if isinstance(task, webenv.Task) \
+                        else contextlib.nullcontext(task) as leased:
+                    here = job if leased is task else leased if job is task else dataclasses.replace(job, task=leased)
+                    result = await asyncio.wait_for(episode(env, here), self.timeout_s)
             except (webenv.EpisodeCrash, asyncio.TimeoutError) as e:
                 reason = (f"timeout: the episode took more than {self.timeout_s:.0f}s"
                           if isinstance(e, asyncio.TimeoutError) else f"reset_failed: {e}")
-                task = getattr(job, "task", job)   # a rollout Job, or a bare Task (experts)
                 log.warning("episode of %s seed %s ended: %s", getattr(task, "task_id", "?"),
                             getattr(task, "seed", "?"), reason)
                 result = on_failure(job, reason)

@@ -191,17 +191,38 @@ class Sandboxes:
     """Per-trajectory databases keyed by the sandbox cookie ``SEED.TOKEN``: created on first use as a copy of
     the seed's template (sqlite's backup API, ~1 ms), dropped least recently used beyond ``max_sandboxes``."""
 
-    def __init__(self, max_sandboxes: int = 512, max_templates: int = 64) -> None:
+    def __init__(self, max_sandboxes: int = 512, max_templates: int = 64, shared_seed: int | None = None) -> None:
         self.max_sandboxes, self.max_templates = max_sandboxes, max_templates
+        self.shared_seed = shared_seed
+        self.resets = 0
         self._lock = threading.Lock()
         self._boxes: collections.OrderedDict[str, tuple[sqlite3.Connection, threading.Lock]] = collections.OrderedDict()
         self._templates: collections.OrderedDict[int, sqlite3.Connection] = collections.OrderedDict()
+        self._shared: tuple[sqlite3.Connection, threading.Lock] | None = None
+        if shared_seed is not None:
+            self.reset()
 
     def __len__(self) -> int:
         return len(self._boxes)
 
+    def reset(self) -> None:
+        """Shared mode: the one database back to the seed's world (what a WebArena container restart does)."""
+        if self.shared_seed is None:
+            raise ValueError("only a shared-state server resets (its sandboxes are fresh per episode)")
+        db = sqlite3.connect(":memory:", check_same_thread=False)
+        _build_db(world(self.shared_seed)).backup(db)
+        with self._lock:
+            old, self._shared = self._shared, (db, threading.Lock())
+            self.resets += int(old is not None)
+        if old is not None:
+            with old[1]:                  # a request in flight on the old database finishes first
+                old[0].close()
+
     def get(self, key: str) -> tuple[sqlite3.Connection, threading.Lock]:
-        """The database of sandbox ``key`` ("SEED.TOKEN") and the lock that serialises its requests."""
+        """The database of sandbox ``key`` ("SEED.TOKEN") and the lock that serialises its requests; in shared
+        mode the one database, whatever the key (as a real WebArena site: one state for every visitor)."""
+        if self._shared is not None:
+            return self._shared
         m = _SANDBOX_RE.match(key)
         if not m:
             raise ValueError(f"malformed sandbox {key!r} (expected SEED.HEXTOKEN)")
@@ -582,6 +603,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(Response(413 if length.isdigit() else 400, "bad or too large Content-Length"))
                 return
             form = dict(urllib.parse.parse_qsl(self.rfile.read(int(length)).decode("utf-8", "replace")))
+        if parts.path == "/__reset" and self.server.sandboxes.shared_seed is not None:
+            if method != "POST":
+                self._send(Response(405, "POST to reset"))
+                return
+            self.server.sandboxes.reset()          # a replica's reset (webarena.SitePool), as a restart would
+            log.info("reset to the world of seed %d (reset #%d)", self.server.sandboxes.shared_seed,
+                     self.server.sandboxes.resets)
+            self._send(Response(200, "reset"))
+            return
         cookies = self._cookies()
         set_cookies = []
         if parts.path == "/sandbox":            # a fresh sandbox of ?seed=N, then ?next= (standalone configs)
@@ -633,11 +663,16 @@ class _Server(ThreadingHTTPServer):
 
 class SuiteServer:
     """The site on 127.0.0.1 in a background thread, e.g. ``with SuiteServer() as s: print(s.url)``
-    (port 0 = a free one). ``url`` has no trailing slash."""
+    (port 0 = a free one). ``url`` has no trailing slash.
 
-    def __init__(self, port: int = 0, host: str = "127.0.0.1", max_sandboxes: int = 512) -> None:
+    ``shared_seed``: the shared-state mode. One database, the world of that seed, for every visitor, as a real
+    WebArena site has (episodes can then corrupt each other's rewards), reset to that world by ``POST
+    /__reset``: what several replicas of a site leased per trajectory need (``webarena.SitePool``)."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", max_sandboxes: int = 512,
+                 shared_seed: int | None = None) -> None:
         self.httpd = _Server((host, port), _Handler)
-        self.httpd.sandboxes = Sandboxes(max_sandboxes)
+        self.httpd.sandboxes = Sandboxes(max_sandboxes, shared_seed=shared_seed)
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self._thread: threading.Thread | None = None
 
@@ -673,10 +708,11 @@ _shared_lock = threading.Lock()
 
 
 def base_url() -> str:
-    """The URL the suite's tasks use: $SITESUITE_URL (a server started by hand), else this process's own
+    """The URL the suite's tasks use: $SITESUITE_URL (a server started by hand), else the first replica of
+    $WA_SUITE (servers in shared-state mode leased per episode: webarena.SitePool), else this process's own
     server, started on first use (a daemon thread on a free port)."""
     global _shared
-    url = os.environ.get("SITESUITE_URL", "").strip().rstrip("/")
+    url = os.environ.get("SITESUITE_URL", "").strip().rstrip("/") or webarena.webarena_site_url("SUITE")
     if url:
         return url
     with _shared_lock:
@@ -976,6 +1012,10 @@ class SuiteFamily(webarena.WebArenaFamily):
         return float(await webarena.evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
                                            rubric=fam.rubric, details=info.setdefault("eval", {})))
 
+    def changes_state(self, task: webenv.Task) -> bool:
+        """As WebArena's: a program_html check in the concrete config of the episode's seed."""
+        return "program_html" in self.config(task)["eval"]["eval_types"]
+
     def column(self, task: webenv.Task) -> str:
         return task.task_id.removeprefix("suite/")
 
@@ -992,19 +1032,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="all", help="families for --configs: all, or NAME[,NAME...]")
     ap.add_argument("--split", choices=("train", "eval"), default="eval", help="seed range for --configs")
     ap.add_argument("--n", type=int, default=3, help="seeds per family for --configs")
+    ap.add_argument("--shared", type=int, default=None, metavar="SEED",
+                    help="shared-state mode: one database (the world of SEED) for everyone, reset by POST /__reset "
+                         "(a replica for webarena.SitePool; --configs then writes that seed's configs)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.configs:
         names = list(FAMILIES) if args.tasks == "all" else args.tasks.split(",")
         seeds = webenv.DEMO_SEEDS if args.split == "train" else webenv.EVAL_SEEDS
         base = os.environ.get("SITESUITE_URL", f"http://127.0.0.1:{args.port}").rstrip("/")
-        configs = [task_config(n, seeds[i], base, standalone=True) for n in names for i in range(args.n)]
+        configs = ([task_config(n, args.shared, base, standalone=True) for n in names] if args.shared is not None
+                   else [task_config(n, seeds[i], base, standalone=True) for n in names for i in range(args.n)])
         Path(args.configs).write_text(json.dumps(configs, indent=1))
         print(f"wrote {len(configs)} configs for {base} to {args.configs}")
         return 0
-    server = SuiteServer(args.port)
-    print(f"serving the site suite at {server.url}/ (log in as {ACCOUNT['username']} / {ACCOUNT['password']}); "
-          f"Ctrl-C stops it", flush=True)
+    server = SuiteServer(args.port, shared_seed=args.shared)
+    mode = "" if args.shared is None else f", shared state of seed {args.shared} (POST /__reset resets it)"
+    print(f"serving the site suite at {server.url}/ (log in as {ACCOUNT['username']} / {ACCOUNT['password']}"
+          f"{mode}); Ctrl-C stops it", flush=True)
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:

@@ -55,6 +55,7 @@ import env as webenv
 import policy
 import sitesuite  # noqa: F401  (registers the site suite's task family, "suite:...")
 import trainlib
+import webarena
 from rollout import EpisodeConfig, Job, Runner, Sample, Trajectory, rollouts
 
 log = logging.getLogger("webagent.mgrpo")
@@ -587,6 +588,10 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 # ---- log ----
                 stats = rollout_stats(trajs, batch, t_rollout, t_train)
                 stats["rollout/rounds"] = float(rounds)
+                if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
+                    leases = sites.take_stats()
+                    stats["rollout/lease_wait_s"] = leases["wait_s"] / max(leases["leases"], 1)
+                    stats["rollout/replica_resets"] = float(leases["resets"])
                 if args.task_sampling == "pq":
                     stats.update({f"p_task/{t.task_id}": sampler.p.get(t.task_id, 0.5) for t in sampler.tasks})
                 stats.update(train_stats)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -246,3 +247,162 @@ def test_experts_over_100_held_out_seeds():
         rates[rec["task"]] = (ok + (why is None), n + 1)
     print(experts.success_table(results))
     assert all(ok >= 0.95 * n for ok, n in rates.values()), rates
+
+
+# ---- shared-state replicas leased per trajectory (webarena.SitePool) ----
+
+def _location_seed() -> int:
+    """A held-out seed whose edit-profile task is "set the location to TARGET" (scored by program_html)."""
+    return next(s for s in env.EVAL_SEEDS
+                if sitesuite.task_config("edit-profile@in", s, "http://h")["instantiation_dict"]["field"] == "location")
+
+
+def _location(server: sitesuite.SuiteServer) -> str:
+    db, lock = server.sandboxes.get("")
+    with lock:
+        return db.execute("SELECT location FROM users WHERE username=?", (sitesuite.ACCOUNT["username"],)).fetchone()[0]
+
+
+def test_shared_state_server_is_one_database_reset_by_post():
+    seed = _location_seed()
+    with sitesuite.SuiteServer(shared_seed=seed) as server:
+        a, b = opener(), opener()                        # two visitors, two cookie jars: one state
+        form = urllib.parse.urlencode({"username": sitesuite.ACCOUNT["username"],
+                                       "password": sitesuite.ACCOUNT["password"]}).encode()
+        for o in (a, b):
+            o.open(server.url + "/login", data=form).read()
+        edit = urllib.parse.urlencode({"display_name": "x", "location": "Atlantis", "bio": "", "newsletter": "never"})
+        a.open(server.url + "/profile/edit", data=edit.encode()).read()
+        assert '<td id="profile-location">Atlantis</td>' in b.open(server.url + "/profile").read().decode()
+        with pytest.raises(urllib.error.HTTPError, match="405"):
+            urllib.request.urlopen(server.url + "/__reset")
+        assert urllib.request.urlopen(urllib.request.Request(server.url + "/__reset", data=b"")).status == 200
+        assert _location(server) == sitesuite.world(seed).profile["location"] and server.sandboxes.resets == 1
+    with sitesuite.SuiteServer() as server:              # sandboxes per episode: an ordinary page (log in first)
+        page = urllib.request.urlopen(urllib.request.Request(server.url + "/__reset", data=b"")).read().decode()
+        assert page != "reset" and 'id="login-form"' in page
+
+
+def test_replicas_keep_concurrent_trajectories_of_a_shared_site_apart(run, pool, monkeypatch):
+    """Two trajectories of one state-changing task at once on a site with one shared state (as a real WebArena
+    site): A sets the location to the target, B does nothing, and both are scored by program_html on the
+    profile page. On one shared server B reads A's edit and scores 1: the corruption. With the server given
+    as two replicas with a reset (WA_SUITE, WA_SUITE_RESET), each leases its own: A 1, B 0, each scored on
+    its own replica, and both replicas are reset after them; with one replica, B waits for A's lease and the
+    reset that follows it, and scores 0 too."""
+    import rollout
+    import webarena
+    seed = _location_seed()
+    target = sitesuite.task_config("edit-profile@in", seed, "http://h")["instantiation_dict"]["value"]
+    start = sitesuite.world(seed).profile["location"]
+    servers = [sitesuite.SuiteServer(shared_seed=seed).start() for _ in range(2)]
+    monkeypatch.delenv("SITESUITE_URL", raising=False)
+
+    async def episodes() -> tuple[list[float], list[str]]:
+        task = dataclasses.replace(env.load_tasks("suite:edit-profile@in")[0], seed=seed)
+        acted = asyncio.Event()
+
+        async def episode(e: env.WebEnv, job: rollout.Job) -> tuple[float, str]:
+            obs = await e.reset(job.task)
+            if job.group == 0:                           # A edits the profile
+                obs = (await e.step(click(label(obs, "a", "Profile")))).obs
+                obs = (await e.step(click(label(obs, "a", "Edit profile")))).obs
+                obs = (await e.step(f'do(action="Type", element="{field(obs, "Location")}", argument="{target}")')).obs
+                await e.step(click(label(obs, "button", "Save")))
+                acted.set()
+            else:                                        # B waits until A has acted, and does nothing
+                await asyncio.wait_for(acted.wait(), 120)
+            res = await e.step('<answer> exit(message="done") </answer>')
+            return res.reward, e.task.start_url.split("/")[2]
+
+        async with rollout.Runner(pool, size=2, env_kwargs=experts.ENV_KWARGS) as runner:
+            out = await runner.run([rollout.Job(task, g) for g in (0, 1)], episode, lambda job, why: (-1.0, why))
+        return [r for r, _ in out], [h for _, h in out]
+
+    try:
+        monkeypatch.setenv("WA_SUITE", servers[0].url)          # one shared server, no replicas: no lease
+        assert webarena.site_pool() is None
+        rewards, hosts = run(episodes(), timeout=180)
+        assert rewards == [1.0, 1.0] and len(set(hosts)) == 1      # B scored A's edit
+        servers[0].sandboxes.reset()
+
+        monkeypatch.setenv("WA_SUITE", f"{servers[0].url} {servers[1].url}")
+        monkeypatch.setenv("WA_SUITE_RESET", "{url}/__reset")
+        sites = webarena.site_pool()
+        rewards, hosts = run(episodes(), timeout=180)
+        assert rewards == [1.0, 0.0] and len(set(hosts)) == 2      # each on its own replica, scored there
+        assert sites.take_stats()["leases"] == 2
+        run(asyncio.wait_for(_until(lambda: all(r.clean for r in sites.replicas["suite"])), 30), timeout=40)
+        assert [s.sandboxes.resets for s in servers] == [3, 2]      # at the start, and after each writer
+        assert [_location(s) for s in servers] == [start, start]
+
+        monkeypatch.setenv("WA_SUITE", servers[0].url)             # one replica: B waits for A and the reset
+        sites = webarena.site_pool()
+        rewards, hosts = run(episodes(), timeout=180)
+        assert rewards == [1.0, 0.0] and len(set(hosts)) == 1
+        stats = sites.take_stats()
+        assert stats["leases"] == 2 and stats["wait_s"] > 1.0 and stats["resets"] >= 2
+    finally:
+        for s in servers:
+            s.stop()
+
+
+async def _until(ready) -> None:
+    while not ready():
+        await asyncio.sleep(0.05)
+
+
+def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp_path):
+    """As docs/webarena.md runs it: two servers in shared-state mode (``sitesuite.py --shared SEED``), that
+    seed's configs as WebArena configs, WA_SUITE listing both with a reset URL; eval.py and train_mgrpo.py
+    (the tiny untrained model) run their episodes there: both replicas take episodes, each is reset before
+    its first lease and after its writers, and train_mgrpo logs the lease wait and the resets."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    seed = _location_seed()
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    environ = {k: v for k, v in os.environ.items() if k not in ("SITESUITE_URL", "RANK", "WORLD_SIZE")}
+    environ.update(PYTHONUNBUFFERED="1", TORCH_EXTENSIONS_DIR=str(root / ".torch_extensions"))
+    logs = [tmp_path / f"server{i}.log" for i in range(2)]
+    servers = [subprocess.Popen([sys.executable, "sitesuite.py", "--port", str(p), "--shared", str(seed)], cwd=root,
+                                env=environ, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+               for p, log in zip(ports, logs)]
+    try:
+        deadline = time.time() + 60
+        while not all("serving" in log.read_text() for log in logs):
+            assert time.time() < deadline and all(s.poll() is None for s in servers), [log.read_text() for log in logs]
+            time.sleep(0.2)
+        configs = tmp_path / "configs.json"
+        subprocess.run([sys.executable, "sitesuite.py", "--configs", str(configs), "--shared", str(seed), "--tasks",
+                        "edit-profile@in,add-to-cart", "--port", str(ports[0])], cwd=root, env=environ, check=True)
+        environ.update(WA_SUITE=" ".join(urls), WA_SUITE_RESET="{url}/__reset")
+
+        def script(*argv: str) -> None:
+            proc = subprocess.run([sys.executable, *argv], cwd=root, env=environ, capture_output=True, text=True,
+                                  timeout=600)
+            assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        script("eval.py", "--model", "tiny", "--tasks", str(configs), "--episodes", "2", "--max-steps", "2",
+               "--max-new-tokens", "8", "--prompt", "short", "--concurrency", "4", "--no-screenshots",
+               "--out", str(tmp_path / "eval"))
+        records = [json.loads(line) for line in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
+        seen = {step["url"].split("/")[2] for r in records for step in r["steps"] if step.get("url")}
+        assert seen == {u.split("/")[2] for u in urls}, seen           # the episodes ran on both replicas
+        script("train_mgrpo.py", "--model", "tiny", "--tasks", str(configs), "--out", str(tmp_path / "rl"),
+               "--steps", "1", "--tasks-per-step", "2", "--group-size", "2", "--max-turns", "2",
+               "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0")
+        row = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()][-1]
+        assert row["rollout/lease_wait_s"] >= 0.0 and row["rollout/replica_resets"] >= 2, row
+        assert all(log.read_text().count("reset to the world of seed") >= 2 for log in logs)
+    finally:
+        for s in servers:
+            s.terminate()
+            s.wait(timeout=30)

@@ -1179,3 +1179,74 @@ def test_program_html_probe_reaches_only_the_tasks_hosts(run, pool, tmp_path):
     finally:
         for srv in (other, site):
             srv.shutdown()
+
+
+# ---- site replicas (webarena.SitePool): URLs moved per lease, the pool from the environment, its resets ----
+
+def test_rehost_moves_every_url_of_the_site_and_nothing_else():
+    raw = {"task_id": 1, "sites": ["gitlab"], "intent": "x", "start_url": "http://h:802/a |AND| http://h:8023/",
+           "require_login": False, "storage_state": None, "require_reset": True,
+           "eval": {"eval_types": ["url_match", "program_html"], "reference_answers": None,
+                    "reference_url": "http://h:802/b?q=1", "url_note": "GOLD in PRED",
+                    "program_html": [{"url": "http://h:802", "locator": "", "required_contents": {"must_include": ["http://h:802/c"]}}]}}
+    task = webarena.webarena_task(raw)
+    assert task.require_reset
+    moved = webarena.rehost(task, {"http://h:802": "http://h:902"})
+    assert moved.start_url == "http://h:902/a |AND| http://h:8023/"        # another port is another site
+    assert moved.eval["reference_url"] == "http://h:902/b?q=1"
+    assert moved.eval["program_html"][0]["url"] == "http://h:902"
+    assert moved.eval["program_html"][0]["required_contents"]["must_include"] == ["http://h:902/c"]
+    assert "h:902" in moved.allowed_hosts and "h:802" not in moved.allowed_hosts and "h:8023" in moved.allowed_hosts
+    assert webarena.rehost(task, {"http://h:802": "http://h:802"}) is task
+
+
+def test_site_pool_from_the_environment():
+    assert webarena.SitePool.from_env({"WA_GITLAB": "http://h:1"}) is None          # no reset: no pool
+    with pytest.raises(ValueError, match="WA_GITLAB lists 2 replicas but WA_GITLAB_RESET is not set"):
+        webarena.SitePool.from_env({"WA_GITLAB": "http://h:1 http://h:2"})
+    with pytest.raises(ValueError, match="lists 1 replica.s. for 2 rank"):
+        webarena.SitePool.from_env({"WA_GITLAB": "http://h:1", "WA_GITLAB_RESET": "true", "WORLD_SIZE": "2"})
+    environ = {"WA_GITLAB": "http://h:1/, http://h:2 http://h:3 http://h:4", "WA_GITLAB_RESET": "true",
+               "WA_EXTRA_ORIGINS": "http://m:1,http://m:2", "RANK": "1", "WORLD_SIZE": "2"}
+    pool = webarena.SitePool.from_env(environ)
+    assert [r.url for r in pool.replicas["gitlab"]] == ["http://h:2", "http://h:4"]   # rank 1 of 2: its own
+    assert pool.home == {"gitlab": "http://h:1"}                                      # where tasks were loaded
+
+
+def test_site_pool_leases_resets_and_gives_up_on_a_replica_that_cannot_be_reset(tmp_path):
+    log = tmp_path / "resets.txt"
+    ok = f"{sys.executable} -c \"open({str(log)!r}, 'a').write('{{index}} ')\""
+    task = env.Task("t", "gitlab", "x", "http://h:1/start", eval={"eval_types": ["program_html"]})
+
+    async def scenario():
+        pool = webarena.SitePool({"gitlab": ["http://h:1", "http://h:2"]}, {"gitlab": ok}, retry_delay_s=0.01)
+        async with pool.lease(task, writes=True) as a, pool.lease(task, writes=True) as b:
+            assert {a.start_url, b.start_url} == {"http://h:1/start", "http://h:2/start"}
+            assert webarena.webarena_site_url("GITLAB") == b.start_url.removesuffix("/start")   # the helpers' URL
+            waiting = asyncio.ensure_future(pool.lease(task, writes=True).__aenter__())
+            await asyncio.sleep(0.3)
+            assert not waiting.done()                            # a third writer waits for a replica ...
+        third = await asyncio.wait_for(waiting, 30)              # ... until one is let go and reset
+        assert third.start_url in ("http://h:1/start", "http://h:2/start")
+        async with pool.lease(task, writes=False) as r1, pool.lease(task, writes=False) as r2:
+            assert r1.start_url == r2.start_url != third.start_url   # readers share the clean one left
+
+        async def crashed():
+            async with pool.lease(task, writes=True):
+                raise asyncio.TimeoutError                       # a timed-out episode lets go of its lease too
+        with pytest.raises(asyncio.TimeoutError):
+            await crashed()
+        stats = pool.take_stats()
+        assert stats["leases"] == 6 and stats["wait_s"] > 0.2
+
+        broken = webarena.SitePool({"gitlab": ["http://h:1"]}, {"gitlab": f"{sys.executable} -c 'exit(3)'"},
+                                   retry_delay_s=0.01)
+        with pytest.raises(env.EpisodeCrash, match="every replica failed its reset"):
+            async with broken.lease(task, writes=True):
+                pass
+        return broken.take_stats()
+
+    stats = asyncio.run(scenario())
+    assert stats["reset_failures"] == 3 and stats["resets"] == 0
+    # every replica once at the start, then after each writer (the last two writers' resets may still run)
+    assert sorted(log.read_text().split()).count("0") >= 2 and sorted(log.read_text().split()).count("1") >= 2

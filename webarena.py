@@ -45,8 +45,11 @@ comments below and in docs/webarena.md ("Rubrics"). Common to both:
 - Logins come from storage_state files, which ``webarena_login`` (``python env.py login``) writes as
   WebArena's auto_login.py does. A reset with a storage_state that cannot log in (no such file, no valid
   cookie) raises ValueError saying how to make it (check_storage_state); require_login with no storage_state
-  runs without one (WebArena-Lite's map tasks: the map has no login). require_reset is recorded, not acted
-  on: resetting a WebArena site between tasks is the user's job.
+  runs without one (WebArena-Lite's map tasks: the map has no login).
+Concurrency: a site given as replicas with a reset (WA_GITLAB="url1 url2 ...", WA_GITLAB_RESET=...) is
+leased per trajectory (SitePool): a task that may change it (program_html, require_reset) holds a replica
+alone from its reset to its score, readers share clean ones, and a replica is reset after each writer
+(docs/webarena.md, "Concurrent trajectories").
 """
 from __future__ import annotations
 

@@ -911,9 +911,10 @@ class SandboxProxy:
         self._thread.start()
 
     async def listen(self, check: Any) -> int:
-        """Start a listener whose connections are checked by ``check(host, port)``; returns its port."""
+        """Start a listener whose connections are checked by ``check(host, port)``; returns its port. It listens
+        on ``proxy_host()``: 127.0.0.1, or the address browsers on other machines reach this one at."""
         async def start() -> Any:
-            return await asyncio.start_server(lambda r, w: self._client(r, w, check), "127.0.0.1", 0)
+            return await asyncio.start_server(lambda r, w: self._client(r, w, check), proxy_host(), 0)
         fut = asyncio.run_coroutine_threadsafe(start(), self._loop)
         srv = await asyncio.wait_for(asyncio.wrap_future(fut), 30)
         port = srv.sockets[0].getsockname()[1]
@@ -997,10 +998,16 @@ def sandbox_proxy() -> SandboxProxy:
         return _sandbox_proxy
 
 
+def proxy_host() -> str:
+    """Where the sandbox proxy listens and browsers connect to it: $WEBAGENT_PROXY_HOST, the address of this
+    machine that browsers on other machines reach (``--browser-endpoint``), else 127.0.0.1."""
+    return os.environ.get("WEBAGENT_PROXY_HOST", "").strip() or "127.0.0.1"
+
+
 def proxy_settings(port: int) -> dict[str, str]:
     """Playwright's ``new_context(proxy=...)`` for a SandboxProxy listener. Playwright adds "<-loopback>" to the
     bypass list (Chromium otherwise sends localhost/127.0.0.1 direct); it is given here too, explicitly."""
-    return {"server": f"socks5://127.0.0.1:{port}", "bypass": "<-loopback>"}
+    return {"server": f"socks5://{proxy_host()}:{port}", "bypass": "<-loopback>"}
 
 
 async def new_proxied_context(browser: Any, allowed: Sequence[str] | set[str], *, timeout: float | None = None,
@@ -1057,9 +1064,30 @@ def find_chromium(bundled_path: str | None = None) -> str | None:
                             "install Debian's `chromium`, or set WEBAGENT_CHROMIUM")
 
 
+def browser_endpoints(value: str | Sequence[str] | None = None) -> list[str]:
+    """Playwright browser servers to connect to: ``value`` (comma- or space-separated ws:// URLs, or a list),
+    else $WEBAGENT_BROWSER_ENDPOINT; [] = launch Chromium here."""
+    if value is None:
+        value = os.environ.get("WEBAGENT_BROWSER_ENDPOINT", "")
+    items = re.split(r"[\s,]+", value.strip()) if isinstance(value, str) else list(value)
+    out = [e for e in items if e]
+    for e in out:
+        if not re.match(r"wss?://", e):
+            raise ValueError(f"browser endpoint {e!r}: expected a ws:// URL of `playwright run-server`")
+    return out
+
+
 class BrowserPool:
     """One Chromium process (async Playwright) shared by many environments, each with its own browser
     context (own cookies, storage, cache). The browser is relaunched when it died.
+
+    ``endpoints`` (default: $WEBAGENT_BROWSER_ENDPOINT): browsers on other machines instead, Playwright
+    browser servers (``python -m playwright run-server --port 3000 --host 0.0.0.0``); the pool connects to
+    each (one browser per server) and opens every new context on the one with the fewest, and a lost
+    connection is made again as a dead browser is relaunched. The sandbox holds there too: each context
+    connects through this process's sandbox proxy, which then has to listen where those machines reach it
+    (``WEBAGENT_PROXY_HOST``). The launch flags travel to the server, which applies them only when started
+    with ``--unsafe`` (its default browser then is $WEBAGENT_REMOTE_CHROMIUM when set); docs/environment.md.
 
     >>> async with BrowserPool() as pool:                                    # doctest: +SKIP
     ...     env = await pool.new_env(max_repeats=5)
@@ -1068,13 +1096,15 @@ class BrowserPool:
 
     def __init__(self, executable_path: str | None = None, headless: bool = True, *,
                  args: tuple[str, ...] = (), launch_timeout_s: float = 60.0,
-                 max_concurrent_resets: int | None = None) -> None:
+                 max_concurrent_resets: int | None = None, endpoints: str | Sequence[str] | None = None) -> None:
         self.executable_path = executable_path
         self.headless = headless
         self.extra_args = tuple(args)
         self.launch_timeout_s = launch_timeout_s
+        self.endpoints = browser_endpoints(endpoints)
         self.tag = f"--webagent-pool={uuid.uuid4().hex[:12]}"   # marks our browser's command line (browser_pid)
         self.browser: Any = None
+        self.remote: dict[str, Any] = {}                         # endpoint -> its connected browser
         self.launches = 0
         self._pw: Any = None
         self._lock = asyncio.Lock()
@@ -1098,6 +1128,8 @@ class BrowserPool:
 
     def launch_args(self) -> list[str]:
         args = list(LAUNCH_ARGS) + list(self.extra_args) + [self.tag]
+        if proxy_host() != "127.0.0.1":                # the proxy's own address must stay reachable
+            args = [a.replace("EXCLUDE 127.0.0.1", f"EXCLUDE 127.0.0.1 , EXCLUDE {proxy_host()}") for a in args]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--no-sandbox")                # Chromium refuses to run its sandbox as root
         return args
@@ -1107,6 +1139,8 @@ class BrowserPool:
         caller found unusable; if it is still the current one it is replaced (several envs may report the
         same dead browser: the first relaunches, the others get the new one)."""
         async with self._lock:
+            if self.endpoints:
+                return await self._remote_browser(stale)
             if self.browser is not None and self.browser.is_connected() and self.browser is not stale:
                 return self.browser
             if self.browser is not None:
@@ -1126,6 +1160,40 @@ class BrowserPool:
             self.launches += 1
             log.info("launched Chromium %s (%s), launch #%d", self.browser.version, exe or "bundled", self.launches)
             return self.browser
+
+    async def _remote_browser(self, stale: Any) -> Any:
+        """The connected browser of the server with the fewest contexts, (re)connecting those whose
+        connection is gone or that the caller found unusable; a server that cannot be reached is skipped while
+        another answers."""
+        if self._pw is None:
+            from playwright.async_api import async_playwright
+            self._pw = await asyncio.wait_for(async_playwright().start(), self.launch_timeout_s)
+        for endpoint, browser in list(self.remote.items()):
+            if browser is stale or not browser.is_connected():
+                with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
+                    await asyncio.wait_for(browser.close(), 5)
+                del self.remote[endpoint]
+        errors = []
+        for endpoint in self.endpoints:
+            if endpoint in self.remote:
+                continue
+            options = {"headless": self.headless, "args": self.launch_args(), "timeout": self.launch_timeout_s * 1000,
+                       **({"executablePath": os.environ["WEBAGENT_REMOTE_CHROMIUM"]}
+                          if os.environ.get("WEBAGENT_REMOTE_CHROMIUM") else {})}
+            try:
+                self.remote[endpoint] = await self._pw.chromium.connect(
+                    endpoint, timeout=self.launch_timeout_s * 1000,
+                    headers={"x-playwright-launch-options": json.dumps(options)})
+            except PlaywrightError as e:
+                errors.append(f"{endpoint}: {_first_line(e)}")
+                continue
+            self.launches += 1
+            log.info("connected to Chromium %s at %s, connection #%d", self.remote[endpoint].version, endpoint,
+                     self.launches)
+        if not self.remote:
+            raise PlaywrightError("no browser server answered: " + "; ".join(errors))
+        self.browser = min(self.remote.values(), key=lambda b: len(b.contexts))
+        return self.browser
 
     async def _stop_playwright(self) -> None:
         if self._pw is not None:
@@ -1155,10 +1223,14 @@ class BrowserPool:
     async def close(self) -> None:
         for env in list(self._envs):
             await env.close()
-        if self.browser is not None:
+        for browser in self.remote.values():           # a connection only: the server's browser closes with it
+            with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
+                await asyncio.wait_for(browser.close(), 10)
+        self.remote.clear()
+        if self.browser is not None and not self.endpoints:
             with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.browser.close(), 10)
-            self.browser = None
+        self.browser = None
         await self._stop_playwright()
 
 
@@ -1217,6 +1289,7 @@ class WebEnv:
         self._done_reason: str | None = None
         self._gen = 0                           # generation of the current context
         self._proxy_port: int | None = None     # this context's SandboxProxy listener
+        self._browser: Any = None               # the browser this env's context lives in
         self._block_lock = threading.Lock()     # the proxy thread counts blocked connections too
         self._last_obs: Observation | None = None
         self._reset_episode_state()
@@ -1292,6 +1365,7 @@ class WebEnv:
             log.warning("browser unreachable (%s); relaunching Playwright and Chromium", _first_line(e))
             browser = await self.pool.get_browser(stale=browser)
             ctx = await self._w(browser.new_context(**kwargs))
+        self._browser = browser
         ctx.set_default_timeout(self.action_timeout_ms)
         ctx.set_default_navigation_timeout(self.nav_timeout_ms)
         # only requests outside the allowed hosts reach Python (a regex matched in the driver), and those the
@@ -1427,7 +1501,7 @@ class WebEnv:
         """Why the episode cannot go on (browser, context or page gone), or None."""
         if self._crash:
             return self._crash
-        browser = self.pool.browser
+        browser = self._browser                 # the browser its context lives in (one of several remote ones)
         if browser is None or not browser.is_connected():
             return "the browser is not running"
         if self.context is None:
@@ -1539,7 +1613,7 @@ class WebEnv:
             return False
         if fam.hosts(task) != self._allowed:               # the request router was built for those hosts
             return False
-        browser = self.pool.browser
+        browser = self._browser                 # the browser its context lives in (one of several remote ones)
         pages = self.context.pages
         return browser is not None and browser.is_connected() and bool(pages) and not pages[0].is_closed()
 

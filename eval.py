@@ -97,6 +97,9 @@ class Args:
     rubric: Literal["vab", "webarena"] = "vab"
     """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
     (WebArena's original ones); see README.md, section Rubrics"""
+    browser_endpoint: str = ""
+    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/, several
+    comma-separated; default $WEBAGENT_BROWSER_ENDPOINT); docs/environment.md, section Browsers on other machines"""
     episodes: int = 10
     """episodes per task; episode e uses the held-out seed env.EVAL_SEEDS[e] (MiniWoB: page e)"""
     seed_start: int = -1
@@ -680,7 +683,7 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
         saved.flush()
     try:
         ep = args.episode
-        async with webenv.BrowserPool() as pool, \
+        async with webenv.BrowserPool(endpoints=args.browser_endpoint or None) as pool, \
                 Runner(pool, args.concurrency, timeout_s=ep.episode_timeout,
                        env_kwargs={"max_obs_chars": ep.max_obs_chars,
                                    "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:

@@ -1017,6 +1017,9 @@ class Args:
     """observation length cap passed to the env (0 = the env's default)"""
     chromium: str = ""
     """Chromium executable (empty = env.py's default)"""
+    browser_endpoint: str = ""
+    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/, several
+    comma-separated; default $WEBAGENT_BROWSER_ENDPOINT); docs/environment.md, section Browsers on other machines"""
     failures: str = ""
     """optional JSONL of failed episodes (record + reason) for debugging"""
     progress: bool = True
@@ -1112,6 +1115,8 @@ def main(argv: list[str] | None = None) -> int:
     tasks = expand_tasks(args.tasks)
     env_kwargs = dict(ENV_KWARGS, **({"max_obs_chars": args.max_obs_chars} if args.max_obs_chars else {}))
     pool_kwargs = {"executable_path": args.chromium} if args.chromium else {}
+    if args.browser_endpoint:
+        pool_kwargs["endpoints"] = args.browser_endpoint
 
     t0 = time.time()
     results = asyncio.run(generate(tasks, seeds, args.concurrency, env_kwargs=env_kwargs,

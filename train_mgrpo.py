@@ -73,6 +73,9 @@ class Args:
     rubric: Literal["vab", "webarena"] = "vab"
     """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
     (WebArena's original ones); see README.md, section Rubrics"""
+    browser_endpoint: str = ""
+    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/, several
+    comma-separated; default $WEBAGENT_BROWSER_ENDPOINT); docs/environment.md, section Browsers on other machines"""
     out: str = "ckpt/rl"
     """run directory: step_N/ checkpoints, latest, hf/, metrics.jsonl, tb/, trajectories.jsonl, dynamics.png"""
     steps: int = 100
@@ -535,7 +538,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     stopped: str | None = None
     started = time.time()
-    async with webenv.BrowserPool() as pool, \
+    async with webenv.BrowserPool(endpoints=args.browser_endpoint or None) as pool, \
             Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
                    env_kwargs={"max_obs_chars": args.episode.max_obs_chars,
                                "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:

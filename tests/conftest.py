@@ -8,6 +8,11 @@ one BrowserPool (one Chromium) on that loop is shared by the browser tests (`poo
 import asyncio
 import importlib.util
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -70,3 +75,54 @@ def pool(run):
     run(p.start(), timeout=120)
     yield p
     run(p.close(), timeout=60)
+
+
+def start_browser_server(port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """A real Playwright browser server on this machine (``python -m playwright run-server --unsafe``, as
+    docs/environment.md starts one on a browser machine): (process, its ws:// endpoint). ``--unsafe`` lets the
+    pool send its launch flags and, where Playwright's own browser is not installed (this box),
+    $WEBAGENT_REMOTE_CHROMIUM."""
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline, lines = time.time() + 60, []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "Listening on" in line:
+            return proc, f"ws://127.0.0.1:{port}/"
+        if not line and proc.poll() is not None:
+            break
+    stop_browser_server(proc)
+    raise RuntimeError("playwright run-server did not start: " + "".join(lines[-20:]))
+
+
+def stop_browser_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)      # the server and the browsers it launched
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def remote_pool(run):
+    """A BrowserPool whose browser runs behind a Playwright browser server (--browser-endpoint), for the
+    tests that must hold through the protocol too (the sandbox's)."""
+    import env
+    saved = os.environ.get("WEBAGENT_REMOTE_CHROMIUM")
+    try:
+        os.environ.setdefault("WEBAGENT_REMOTE_CHROMIUM", env.find_chromium(None) or "")
+    except FileNotFoundError:             # only Playwright's own browser: the server launches that one
+        pass
+    proc, endpoint = start_browser_server()
+    p = env.BrowserPool(endpoints=[endpoint])
+    try:
+        run(p.start(), timeout=120)
+        yield p
+        run(p.close(), timeout=60)
+    finally:
+        stop_browser_server(proc)
+        if saved is None:
+            os.environ.pop("WEBAGENT_REMOTE_CHROMIUM", None)

@@ -386,3 +386,42 @@ def test_webrtc_cannot_reach_around_the_allow_list(run, pool):
             udp.recvfrom(2048)
     finally:
         udp.close()
+
+
+def test_browser_servers_spread_contexts_run_episodes_and_heal_a_lost_connection(run, monkeypatch):
+    """--browser-endpoint with two real Playwright browser servers: new contexts go to the server with the
+    fewest; a server that dies ends its episode as a crashed browser does, the next reset runs on the other
+    one, and once the server is back the pool connects to it again."""
+    from conftest import start_browser_server, stop_browser_server
+    try:
+        monkeypatch.setenv("WEBAGENT_REMOTE_CHROMIUM", env.find_chromium(None))
+    except FileNotFoundError:
+        pass
+    servers = [start_browser_server() for _ in range(2)]
+    (first, endpoint), _ = servers
+
+    async def go():
+        async with env.BrowserPool(endpoints=[s[1] for s in servers]) as p:
+            envs = [await p.new_env() for _ in range(2)]
+            for e in envs:
+                obs = await e.reset(task("click-button", 4))
+                assert "<button" in obs.text
+            spread = sorted(len(b.contexts) for b in p.remote.values())
+            on_first = next(e for e in envs if e._browser is p.remote[endpoint])
+            stop_browser_server(first)                              # the connection is lost
+            crashed = await on_first.step('do(action="Click", element="0")')
+            obs = await on_first.reset(task("login-user", 1))        # on the server that is left
+            alone = list(p.remote) == [servers[1][1]]
+            servers[0] = start_browser_server(int(endpoint.rsplit(":", 1)[1].rstrip("/")))
+            fresh = await p.new_env()
+            obs2 = await fresh.reset(task("click-button", 5))
+            return spread, crashed, obs, alone, obs2, sorted(p.remote) == sorted(s[1] for s in servers), p.launches
+    try:
+        spread, crashed, obs, alone, obs2, both, connections = run(go(), timeout=240)
+    finally:
+        for proc, _ in servers:
+            stop_browser_server(proc)
+    assert spread == [1, 1]
+    assert crashed.done and crashed.info["done_reason"] == "crash"
+    assert obs.intent.startswith("Enter the username") and alone
+    assert "<button" in obs2.text and both and connections == 3

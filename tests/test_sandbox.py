@@ -158,9 +158,12 @@ def servers():
     trainer.sock.close()
 
 
-@pytest.fixture(scope="module")
-def wenv(run, pool):
-    e = run(pool.new_env(wait_s=0.3))
+@pytest.fixture(scope="module", params=["local", "remote"])
+def wenv(request, run, pool):
+    """An env in Chromium launched here, and one in a browser behind a Playwright browser server
+    (--browser-endpoint): the sandbox holds through both."""
+    p = pool if request.param == "local" else request.getfixturevalue("remote_pool")
+    e = run(p.new_env(wait_s=0.3))
     yield e
     run(e.close())
 

@@ -998,10 +998,24 @@ def sandbox_proxy() -> SandboxProxy:
         return _sandbox_proxy
 
 
+_proxy_host_toward: dict[str, str] = {}     # set by a BrowserPool with endpoints: this machine's address toward them
+
+
 def proxy_host() -> str:
-    """Where the sandbox proxy listens and browsers connect to it: $WEBAGENT_PROXY_HOST, the address of this
-    machine that browsers on other machines reach (``--browser-endpoint``), else 127.0.0.1."""
-    return os.environ.get("WEBAGENT_PROXY_HOST", "").strip() or "127.0.0.1"
+    """Where the sandbox proxy listens and browsers connect to it: $WEBAGENT_PROXY_HOST when set; else, once a
+    BrowserPool has browser servers (``--browser-endpoint``), the address this machine uses toward the first
+    of them (``address_toward``; 127.0.0.1 for a server on this machine); else 127.0.0.1."""
+    return (os.environ.get("WEBAGENT_PROXY_HOST", "").strip() or _proxy_host_toward.get("host") or "127.0.0.1")
+
+
+def address_toward(url: str) -> str:
+    """This machine's address on the route to ``url``'s host (a UDP socket's local address after connect():
+    no packet is sent), e.g. "10.0.0.2" toward ws://10.0.0.7:3000/, "127.0.0.1" toward a local server."""
+    parts = urlsplit(url)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((socket.gethostbyname(parts.hostname or "127.0.0.1"), parts.port or 80))
+        host = s.getsockname()[0]
+    return "127.0.0.1" if host.startswith("127.") else host
 
 
 def proxy_settings(port: int) -> dict[str, str]:
@@ -1102,6 +1116,11 @@ class BrowserPool:
         self.extra_args = tuple(args)
         self.launch_timeout_s = launch_timeout_s
         self.endpoints = browser_endpoints(endpoints)
+        if self.endpoints and "host" not in _proxy_host_toward:
+            try:
+                _proxy_host_toward["host"] = address_toward(self.endpoints[0])
+            except OSError as e:             # no route to it now: the connection will say so
+                log.warning("no route to browser server %s (%s)", self.endpoints[0], e)
         self.tag = f"--webagent-pool={uuid.uuid4().hex[:12]}"   # marks our browser's command line (browser_pid)
         self.browser: Any = None
         self.remote: dict[str, Any] = {}                         # endpoint -> its connected browser

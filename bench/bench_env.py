@@ -11,17 +11,23 @@ to the next page, and resets, with the context's connections direct (router only
 through the SandboxProxy: two envs, one of each, taking turns step by step in one run; per-step wall ms
 and this process's CPU ms (the proxy relays in a thread of it).
 
+With --remote, only the cost of a browser behind a Playwright browser server (--browser-endpoint): the same
+site and turns, Chromium launched by this process against one behind `playwright run-server` on this machine.
+
 Run: .venv/bin/python bench/bench_env.py [--steps 60] [--contexts 8]
      .venv/bin/python bench/bench_env.py --sandbox [--rounds 10] [--sandbox-steps 10]
+     .venv/bin/python bench/bench_env.py --remote [--rounds 10] [--sandbox-steps 10]
 Results are recorded by hand in bench/RESULTS.md under "## env".
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
+import socket
 import statistics
 import sys
 import tempfile
@@ -42,6 +48,7 @@ class Args:
     click_reps: int = 40     # bare clicks and env steps for the ratio
     seed: int = 0
     sandbox: bool = False    # run only the sandbox-proxy A/B
+    remote: bool = False     # run only the remote-browser A/B (a Playwright browser server against launched Chromium)
     rounds: int = 10         # sandbox A/B: rounds, each = one direct and one proxied episode (order alternating)
     sandbox_steps: int = 10  # sandbox A/B: page-to-page clicks per episode
 
@@ -165,76 +172,127 @@ def _serve_site(port_queue: Any) -> None:
     srv.serve_forever()
 
 
-async def sandbox_ab(args: Args) -> None:
+def _start_site() -> tuple[Any, str]:
+    """The benchmark site in its own process: (process, its URL)."""
     import multiprocessing
     q = multiprocessing.get_context("spawn").Queue()
     proc = multiprocessing.get_context("spawn").Process(target=_serve_site, args=(q,), daemon=True)
     proc.start()
-    site = f"http://127.0.0.1:{q.get(timeout=30)}"
-    real_settings = env.proxy_settings
-    times: dict[str, dict[str, list[float]]] = {m: {"step": [], "cpu": [], "reset": []} for m in ("direct", "proxy")}
-    task = env.Task("bench/site", "bench", "click next", f"{site}/p/0", max_steps=10**6)
-    try:
-        async with env.BrowserPool() as pool:
-            envs = {m: await pool.new_env(max_repeats=10**6) for m in ("direct", "proxy")}
+    return proc, f"http://127.0.0.1:{q.get(timeout=30)}"
 
-            async def reset(mode: str) -> float:
-                # "direct": the context connects by itself (the request router alone, as before the proxy)
-                env.proxy_settings = real_settings if mode == "proxy" else (lambda port: None)
-                try:
-                    t = time.perf_counter()
-                    await envs[mode].reset(task)
-                    return time.perf_counter() - t
-                finally:
-                    env.proxy_settings = real_settings
 
-            async def step(mode: str) -> tuple[float, float]:
+async def take_turns(args: Args, envs: dict[str, "env.WebEnv"], task: "env.Task",
+                     setting: Any = contextlib.nullcontext) -> dict[str, dict[str, list[float]]]:
+    """Two envs, one per mode, taking turns: per round a reset of each (order alternating), then
+    ``args.sandbox_steps`` page-to-page clicks each, step by step; round 0 is a warm-up. ``setting(mode)``: a
+    context manager around each reset (what differs between the modes at context creation). Returns wall
+    seconds of steps and resets and this process's CPU seconds of steps, per mode."""
+    times = {m: {"step": [], "cpu": [], "reset": []} for m in envs}
+    order0 = tuple(envs)
+    for k in range(args.rounds + 1):
+        order = order0 if k % 2 == 0 else order0[::-1]
+        for mode in order:
+            with setting(mode):
+                t = time.perf_counter()
+                await envs[mode].reset(task)
+                dt = time.perf_counter() - t
+            if k:
+                times[mode]["reset"].append(dt)
+        for s in range(args.sandbox_steps):
+            for mode in (order if s % 2 == 0 else order[::-1]):
                 e = envs[mode]
                 n = await e.page.get_attribute("#next", "data-webagent-id")
                 t, c = time.perf_counter(), time.process_time()
                 r = await e.step(f'do(action="Click", element="{n}")')
                 dt, dc = time.perf_counter() - t, time.process_time() - c
                 assert r.info["error"] is None and r.info["blocked_requests"] == 0, r.info
-                return dt, dc
+                if k:
+                    times[mode]["step"].append(dt)
+                    times[mode]["cpu"].append(dc)
+        for mode in order:
+            ok = await envs[mode].page.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+            assert ok, "subresources did not load"
+    return times
 
-            for k in range(args.rounds + 1):                # round 0 = warm-up
-                order = ("direct", "proxy") if k % 2 == 0 else ("proxy", "direct")
-                for mode in order:
-                    dt = await reset(mode)
-                    if k:
-                        times[mode]["reset"].append(dt)
-                for s in range(args.sandbox_steps):         # the two envs take turns, step by step
-                    for mode in (order if s % 2 == 0 else order[::-1]):
-                        dt, dc = await step(mode)
-                        if k:
-                            times[mode]["step"].append(dt)
-                            times[mode]["cpu"].append(dc)
-                for mode in order:
-                    ok = await envs[mode].page.evaluate(
-                        "[...document.images].every(i => i.complete && i.naturalWidth > 0)")
-                    assert ok, "subresources did not load"
+
+def print_ab(times: dict[str, dict[str, list[float]]]) -> None:
+    (a, d), (b, p) = times.items()
+    for key, label in (("step", "click -> next page, wall ms"), ("cpu", "... this process's CPU ms"),
+                       ("reset", "reset (new context + first page), wall ms")):
+        md, mp = median_ms(d[key]), median_ms(p[key])
+        diffs = [(y - x) * 1000 for x, y in zip(d[key], p[key])]
+        print(f"  {label:42s} {a} median {md:7.1f} (mean {statistics.mean(d[key]) * 1000:7.1f})   "
+              f"{b} median {mp:7.1f} (mean {statistics.mean(p[key]) * 1000:7.1f})   ratio {mp / md:.2f}x   "
+              f"paired diff median {statistics.median(diffs):+.1f}")
+
+
+async def sandbox_ab(args: Args) -> None:
+    proc, site = _start_site()
+    real_settings = env.proxy_settings
+    task = env.Task("bench/site", "bench", "click next", f"{site}/p/0", max_steps=10**6)
+
+    @contextlib.contextmanager
+    def setting(mode: str):
+        # "direct": the context connects by itself (the request router alone, as before the proxy)
+        env.proxy_settings = real_settings if mode == "proxy" else (lambda port: None)
+        try:
+            yield
+        finally:
+            env.proxy_settings = real_settings
+    try:
+        async with env.BrowserPool() as pool:
+            envs = {m: await pool.new_env(max_repeats=10**6) for m in ("direct", "proxy")}
+            times = await take_turns(args, envs, task, setting)
             for e in envs.values():
                 await e.close()
     finally:
-        env.proxy_settings = real_settings
         proc.terminate()
     print(f"sandbox proxy A/B: {args.rounds} rounds x {args.sandbox_steps} steps per mode, a direct and a proxied "
           f"env taking turns; page = document + 2 css + 2 js + 2 svg (~70 KB, no-store), load "
           f"{os.getloadavg()[0]:.1f}")
-    d, p = times["direct"], times["proxy"]
-    for key, label in (("step", "click -> next page, wall ms"), ("cpu", "... this process's CPU ms"),
-                       ("reset", "reset (new context + first page), wall ms")):
-        md, mp = median_ms(d[key]), median_ms(p[key])
-        diffs = [(b - a) * 1000 for a, b in zip(d[key], p[key])]
-        print(f"  {label:42s} direct median {md:7.1f} (mean {statistics.mean(d[key]) * 1000:7.1f})   "
-              f"proxy median {mp:7.1f} (mean {statistics.mean(p[key]) * 1000:7.1f})   ratio {mp / md:.2f}x   "
-              f"paired diff median {statistics.median(diffs):+.1f}")
+    print_ab(times)
+
+
+async def remote_ab(args: Args) -> None:
+    """Chromium launched here against one behind a Playwright browser server on this machine (the protocol's
+    own cost, --browser-endpoint): an env of each, taking turns on the benchmark site."""
+    import signal
+    import subprocess
+    proc, site = _start_site()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        while "Listening on" not in (line := server.stdout.readline()):
+            assert line, "playwright run-server did not start"
+        try:
+            os.environ.setdefault("WEBAGENT_REMOTE_CHROMIUM", env.find_chromium(None) or "")
+        except FileNotFoundError:
+            pass
+        task = env.Task("bench/site", "bench", "click next", f"{site}/p/0", max_steps=10**6)
+        async with env.BrowserPool() as here, env.BrowserPool(endpoints=[f"ws://127.0.0.1:{port}/"]) as there:
+            envs = {"launched": await here.new_env(max_repeats=10**6), "server": await there.new_env(max_repeats=10**6)}
+            times = await take_turns(args, envs, task)
+            for e in envs.values():
+                await e.close()
+    finally:
+        proc.terminate()
+        os.killpg(server.pid, signal.SIGKILL)
+    print(f"remote browser A/B: {args.rounds} rounds x {args.sandbox_steps} steps per mode, Chromium launched here "
+          f"and one behind `playwright run-server` on this machine, taking turns; same site, load "
+          f"{os.getloadavg()[0]:.1f}")
+    print_ab(times)
 
 
 async def main(args: Args) -> None:
     print(f"# env benchmark  cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}  {vars(args)}")
     if args.sandbox:
         await sandbox_ab(args)
+        return
+    if args.remote:
+        await remote_ab(args)
         return
     async with env.BrowserPool() as pool:
         print(f"chromium {pool.browser.version}")

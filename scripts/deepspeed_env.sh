@@ -9,7 +9,8 @@
 #   bash scripts/deepspeed_env.sh [NAME ...]        # -> ./.deepspeed_env (DS_ENV_FILE renames it, as DeepSpeed)
 set -euo pipefail
 out=${DS_ENV_FILE:-.deepspeed_env}
-names=$(compgen -e | grep -E '^(WA_|WEBAGENT_|HF_|TRANSFORMERS_|VLLM_|TORCH_EXTENSIONS_DIR$)' || true)
+# (not WEBAGENT_PROXY_HOST: a node's own address, docs/environment.md)
+names=$(compgen -e | grep -E '^(WA_|WEBAGENT_|HF_|TRANSFORMERS_|VLLM_|TORCH_EXTENSIONS_DIR$)' | grep -vx WEBAGENT_PROXY_HOST || true)
 : > "$out.tmp"
 for name in $names "$@"; do
   [ -n "${!name+x}" ] || { echo "deepspeed_env: $name is not set" >&2; rm -f "$out.tmp"; exit 2; }

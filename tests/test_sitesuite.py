@@ -353,10 +353,12 @@ async def _until(ready) -> None:
 
 
 def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp_path):
-    """As docs/webarena.md runs it: two servers in shared-state mode (``sitesuite.py --shared SEED``), that
-    seed's configs as WebArena configs, WA_SUITE listing both with a reset URL; eval.py and train_mgrpo.py
-    (the tiny untrained model) run their episodes there: both replicas take episodes, each is reset before
-    its first lease and after its writers, and train_mgrpo logs the lease wait and the resets."""
+    """As docs/webarena.md and docs/environment.md run it: two servers in shared-state mode (``sitesuite.py
+    --shared SEED``), that seed's configs as WebArena configs, WA_SUITE listing both with a reset URL, and the
+    browsers behind a Playwright browser server (``--browser-endpoint``); eval.py and train_mgrpo.py (the tiny
+    untrained model) run their episodes there: both replicas take episodes, each is reset before its first
+    lease and after its writers, and train_mgrpo logs the lease wait and the resets."""
+    from conftest import start_browser_server, stop_browser_server
     import socket
     import subprocess
     import sys
@@ -385,24 +387,33 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
         subprocess.run([sys.executable, "sitesuite.py", "--configs", str(configs), "--shared", str(seed), "--tasks",
                         "edit-profile@in,add-to-cart", "--port", str(ports[0])], cwd=root, env=environ, check=True)
         environ.update(WA_SUITE=" ".join(urls), WA_SUITE_RESET="{url}/__reset")
+        try:
+            environ["WEBAGENT_REMOTE_CHROMIUM"] = env.find_chromium(None)
+        except FileNotFoundError:
+            pass
+        browsers, endpoint = start_browser_server()
 
         def script(*argv: str) -> None:
             proc = subprocess.run([sys.executable, *argv], cwd=root, env=environ, capture_output=True, text=True,
                                   timeout=600)
-            assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 0 and f"at {endpoint}" in out, out[-4000:]    # its browser: the server's
         script("eval.py", "--model", "tiny", "--tasks", str(configs), "--episodes", "2", "--max-steps", "2",
                "--max-new-tokens", "8", "--prompt", "short", "--concurrency", "4", "--no-screenshots",
-               "--out", str(tmp_path / "eval"))
+               "--browser-endpoint", endpoint, "--out", str(tmp_path / "eval"))
         records = [json.loads(line) for line in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
         seen = {step["url"].split("/")[2] for r in records for step in r["steps"] if step.get("url")}
         assert seen == {u.split("/")[2] for u in urls}, seen           # the episodes ran on both replicas
         script("train_mgrpo.py", "--model", "tiny", "--tasks", str(configs), "--out", str(tmp_path / "rl"),
                "--steps", "1", "--tasks-per-step", "2", "--group-size", "2", "--max-turns", "2",
-               "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0")
+               "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0",
+               "--browser-endpoint", endpoint)
         row = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()][-1]
         assert row["rollout/lease_wait_s"] >= 0.0 and row["rollout/replica_resets"] >= 2, row
         assert all(log.read_text().count("reset to the world of seed") >= 2 for log in logs)
     finally:
+        if "browsers" in locals():
+            stop_browser_server(browsers)
         for s in servers:
             s.terminate()
             s.wait(timeout=30)

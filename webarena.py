@@ -64,6 +64,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -1361,6 +1362,8 @@ class SitePool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[asyncio.Future] = []
         self._tasks: set[asyncio.Task] = set()
+        self._logins: dict[tuple, asyncio.Future] = {}    # (file, replicas and their resets) -> its login
+        self._login_dirs: dict[tuple, str] = {}           # (file, replicas) -> the newest login's folder
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "SitePool | None":
@@ -1416,7 +1419,10 @@ class SitePool:
         self.stats["wait_s"] += time.monotonic() - start
         token = _leased_urls.set({**_leased_urls.get(), **{r.site: r.url for r in picked}})
         try:
-            yield rehost(task, {self.home[r.site]: r.url for r in picked})
+            leased = rehost(task, {self.home[r.site]: r.url for r in picked})
+            if task.storage_state and _named_sites(task.storage_state):
+                leased = dataclasses.replace(leased, storage_state=await self._login(task.storage_state, picked))
+            yield leased
         finally:
             _leased_urls.reset(token)
             for r in picked:
@@ -1426,6 +1432,32 @@ class SitePool:
                     r.readers -= 1
             self._start_resets()
             self._notify()
+
+    async def _login(self, path: str, picked: list[Replica]) -> str:
+        """A storage-state file like ``path`` (named as ``python env.py login`` names them) signed into the
+        leased replicas since their last reset (a reset drops a site's sessions; WebArena's harness signs in
+        again before each task too): ``<its folder>/replicas/<site><index>-<resets>/<its name>``, written once
+        by ``webarena_login`` with WebArena's default accounts and shared by the leases of those replicas."""
+        sites = _named_sites(path)
+        mine = [r for r in picked if r.site in sites]
+        if not mine:
+            return path
+        name, where = os.path.basename(path), tuple((r.site, r.index) for r in mine)
+        key = (name, where, tuple(r.resets for r in mine))
+        out = os.path.join(os.path.dirname(path), "replicas", "_".join(f"{r.site}{r.index}-{r.resets}" for r in mine))
+        login = self._logins.get(key)
+        if login is None or (login.done() and (login.cancelled() or login.exception() is not None)):
+            login = self._logins[key] = asyncio.ensure_future(webarena_login(sites, out))   # in this lease's URLs
+            old = self._login_dirs.get((name, where))
+            self._login_dirs[(name, where)] = out
+            if old and old != out:      # the same replicas before their reset: nobody holds them now
+                self._logins = {k: v for k, v in self._logins.items() if k[:2] != (name, where) or k == key}
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            await asyncio.shield(login)
+        except RuntimeError as e:
+            raise EpisodeCrash(f"signing into {', '.join(f'{r.site} replica {r.index}' for r in mine)}: {e}") from None
+        return os.path.join(out, name)
 
     def _pick(self, sites: list[str], writes: bool) -> list[Replica] | None:
         picked = []

@@ -391,6 +391,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = urllib.parse.urlsplit(self.path).path.rstrip("/")
+        if path == "/__reset":               # a replica's reset (webarena.SitePool): users back, sessions gone
+            self.site.reset()
+            return self._send(200, "reset", ctype="text/plain")
         if path == "/rest/default/V1/integration/admin/token":     # JSON body, not a form
             n = int(self.headers.get("Content-Length", "0") or 0)
             try:

@@ -1250,3 +1250,38 @@ def test_site_pool_leases_resets_and_gives_up_on_a_replica_that_cannot_be_reset(
     assert stats["reset_failures"] == 3 and stats["resets"] == 0
     # every replica once at the start, then after each writer (the last two writers' resets may still run)
     assert sorted(log.read_text().split()).count("0") >= 2 and sorted(log.read_text().split()).count("1") >= 2
+
+
+def test_leased_replicas_are_signed_into_after_their_reset(site, tmp_path, pool, run, monkeypatch):
+    """A reset drops a replica's sessions (as a WebArena container's restart does), so the login files made
+    before a run hold on no replica once the pool has reset them. A leased episode of a task that needs a
+    login gets a file signed into its own replicas after their last reset (.auth/replicas/...): two
+    concurrent GitLab trajectories on two replicas both start signed in."""
+    import rollout
+    other = site_mod.Site()
+    other.start()
+    try:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("WA_GITLAB", f"{site.url} {other.url}")
+        monkeypatch.setenv("WA_GITLAB_RESET", "{url}/__reset")
+        run(env.webarena_login(["gitlab"], ".auth", pool=pool), timeout=120)     # before the run, on replica 0
+        profile = {"url": "__GITLAB__/-/profile", "locator": "", "required_contents": {"must_include": ["@byteblaze"]}}
+        (task,) = load(tmp_path, [config(sites=["gitlab"], require_login=True, start_url="__GITLAB__/-/profile",
+                                         storage_state="./.auth/gitlab_state.json",
+                                         eval={"eval_types": ["program_html"], "reference_answers": None,
+                                               "reference_url": "", "program_html": [profile]})])
+
+        async def episode(e, job):
+            obs = await e.reset(job.task)
+            return "@byteblaze" in obs.text, e.task.storage_state, e.page.url.split("/")[2]
+
+        async def both():
+            async with rollout.Runner(pool, 2) as runner:
+                return await runner.run([rollout.Job(task, g) for g in (0, 1)], episode, lambda job, why: (False, why, ""))
+        results = run(both(), timeout=180)
+    finally:
+        other.stop()
+    assert [r[0] for r in results] == [True, True], results
+    assert len({r[2] for r in results}) == 2                                     # one replica each
+    files = sorted(os.path.relpath(r[1], tmp_path) for r in results)
+    assert files == [".auth/replicas/gitlab0-1/gitlab_state.json", ".auth/replicas/gitlab1-1/gitlab_state.json"]

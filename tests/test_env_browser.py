@@ -425,3 +425,26 @@ def test_browser_servers_spread_contexts_run_episodes_and_heal_a_lost_connection
     assert crashed.done and crashed.info["done_reason"] == "crash"
     assert obs.intent.startswith("Enter the username") and alone
     assert "<button" in obs2.text and both and connections == 3
+
+
+def test_experts_write_demonstrations_through_a_browser_server(tmp_path):
+    """experts.py --browser-endpoint: the scripted demonstrations run in the server's browser."""
+    import subprocess
+    import sys
+    from conftest import start_browser_server, stop_browser_server
+    environ = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        environ["WEBAGENT_REMOTE_CHROMIUM"] = env.find_chromium(None)
+    except FileNotFoundError:
+        pass
+    server, endpoint = start_browser_server()
+    try:
+        out = tmp_path / "demos.jsonl"
+        proc = subprocess.run([sys.executable, "experts.py", "--tasks", "miniwob:click-button", "--episodes", "2",
+                               "--browser-endpoint", endpoint, "--out", str(out)], cwd=Path(__file__).parents[1],
+                              env=environ, capture_output=True, text=True, timeout=300)
+    finally:
+        stop_browser_server(server)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and f"at {endpoint}" in log, log[-3000:]
+    assert len(out.read_text().splitlines()) == 2

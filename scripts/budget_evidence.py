@@ -1,0 +1,28 @@
+"""Keep the per-episode outcomes of scripts/demo_budget.sh's evaluations in the repository, compact: a later
+session (a fresh machine, without runs/) pairs its runs against these on the same validation pages.
+
+    .venv/bin/python scripts/budget_evidence.py [runs/budget]   # -> docs/evidence/issue32_budget_validation.json
+
+Each run: its outcomes ("miniwob/TASK/SEED": 0 or 1) and the sha256 of the BC 300 weights it started from
+(a retrained BC 300 with another hash is another baseline: pair a run only with runs of its own hash).
+Runs already in the file stay; a run evaluated again replaces its entry."""
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+root = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/budget")
+out = Path(__file__).resolve().parent.parent / "docs/evidence/issue32_budget_validation.json"
+bc = hashlib.sha256((root / "bc300/hf/model.safetensors").read_bytes()).hexdigest()
+data = json.loads(out.read_text()) if out.exists() else {
+    "what": "greedy success per validation page (env.VALID_SEEDS 500000..500029 of the demo's 8 tasks, <= 6 "
+            "interactions, prompt short, 64 new tokens) of BC 300 and the M-GRPO runs of scripts/demo_budget.sh",
+    "runs": {}}
+for d in sorted((root / "evals").iterdir()):
+    if (d / "results.json").exists():
+        recs = [json.loads(line) for line in (d / "trajectories.jsonl").read_text().splitlines()]
+        data["runs"][d.name] = {"bc300_sha256": bc,
+                                "outcomes": {f"{r['task']}/{r['seed']}": int(bool(r["success"])) for r in recs}}
+out.parent.mkdir(parents=True, exist_ok=True)
+out.write_text(json.dumps(data, indent=1) + "\n")
+print(f"{out}: " + ", ".join(f"{k} {sum(v['outcomes'].values())}/{len(v['outcomes'])}" for k, v in data["runs"].items()))

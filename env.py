@@ -912,9 +912,12 @@ class SandboxProxy:
 
     async def listen(self, check: Any) -> int:
         """Start a listener whose connections are checked by ``check(host, port)``; returns its port. It listens
-        on ``proxy_host()``: 127.0.0.1, or the address browsers on other machines reach this one at."""
+        on 127.0.0.1, or on every interface once browsers on other machines use it (``proxy_host()`` is then
+        the address they reach it at, which behind NAT this machine cannot bind itself)."""
+        bind = "127.0.0.1" if proxy_host() == "127.0.0.1" else "0.0.0.0"
+
         async def start() -> Any:
-            return await asyncio.start_server(lambda r, w: self._client(r, w, check), proxy_host(), 0)
+            return await asyncio.start_server(lambda r, w: self._client(r, w, check), bind, 0)
         fut = asyncio.run_coroutine_threadsafe(start(), self._loop)
         srv = await asyncio.wait_for(asyncio.wrap_future(fut), 30)
         port = srv.sockets[0].getsockname()[1]
@@ -1097,7 +1100,7 @@ class BrowserPool:
 
     ``endpoints`` (default: $WEBAGENT_BROWSER_ENDPOINT): browsers on other machines instead, Playwright
     browser servers (``python -m playwright run-server --port 3000 --host 0.0.0.0``); the pool connects to
-    each (one browser per server) and opens every new context on the one with the fewest, and a lost
+    each (one browser per server) and opens new contexts on them in turn, and a lost
     connection is made again as a dead browser is relaunched. The sandbox holds there too: each context
     connects through this process's sandbox proxy, which then has to listen where those machines reach it
     (``WEBAGENT_PROXY_HOST``). The launch flags travel to the server, which applies them only when started
@@ -1110,7 +1113,8 @@ class BrowserPool:
 
     def __init__(self, executable_path: str | None = None, headless: bool = True, *,
                  args: tuple[str, ...] = (), launch_timeout_s: float = 60.0,
-                 max_concurrent_resets: int | None = None, endpoints: str | Sequence[str] | None = None) -> None:
+                 max_concurrent_resets: int | None = None, endpoints: str | Sequence[str] | None = None,
+                 server_retry_s: float = 30.0) -> None:
         self.executable_path = executable_path
         self.headless = headless
         self.extra_args = tuple(args)
@@ -1124,6 +1128,9 @@ class BrowserPool:
         self.tag = f"--webagent-pool={uuid.uuid4().hex[:12]}"   # marks our browser's command line (browser_pid)
         self.browser: Any = None
         self.remote: dict[str, Any] = {}                         # endpoint -> its connected browser
+        self._down: dict[str, float] = {}                        # endpoint -> not tried again before (monotonic)
+        self.server_retry_s = server_retry_s
+        self._turn = 0                                           # round robin over the connected servers
         self.launches = 0
         self._pw: Any = None
         self._lock = asyncio.Lock()
@@ -1181,9 +1188,10 @@ class BrowserPool:
             return self.browser
 
     async def _remote_browser(self, stale: Any) -> Any:
-        """The connected browser of the server with the fewest contexts, (re)connecting those whose
-        connection is gone or that the caller found unusable; a server that cannot be reached is skipped while
-        another answers."""
+        """The next connected server's browser in turn (resets that start together go to different servers),
+        (re)connecting those whose connection is gone or that the caller found unusable; a server that cannot
+        be reached is left alone for ``server_retry_s`` while another answers. When none answers, Playwright's driver is
+        restarted too (a dead driver refuses every connection)."""
         if self._pw is None:
             from playwright.async_api import async_playwright
             self._pw = await asyncio.wait_for(async_playwright().start(), self.launch_timeout_s)
@@ -1194,7 +1202,7 @@ class BrowserPool:
                 del self.remote[endpoint]
         errors = []
         for endpoint in self.endpoints:
-            if endpoint in self.remote:
+            if endpoint in self.remote or (self.remote and self._down.get(endpoint, 0) > time.monotonic()):
                 continue
             options = {"headless": self.headless, "args": self.launch_args(), "timeout": self.launch_timeout_s * 1000,
                        **({"executablePath": os.environ["WEBAGENT_REMOTE_CHROMIUM"]}
@@ -1205,13 +1213,18 @@ class BrowserPool:
                     headers={"x-playwright-launch-options": json.dumps(options)})
             except PlaywrightError as e:
                 errors.append(f"{endpoint}: {_first_line(e)}")
+                self._down[endpoint] = time.monotonic() + self.server_retry_s
                 continue
+            self._down.pop(endpoint, None)
             self.launches += 1
             log.info("connected to Chromium %s at %s, connection #%d", self.remote[endpoint].version, endpoint,
                      self.launches)
         if not self.remote:
+            await self._stop_playwright()
             raise PlaywrightError("no browser server answered: " + "; ".join(errors))
-        self.browser = min(self.remote.values(), key=lambda b: len(b.contexts))
+        live = [self.remote[e] for e in self.endpoints if e in self.remote]
+        self._turn += 1
+        self.browser = live[self._turn % len(live)]
         return self.browser
 
     async def _stop_playwright(self) -> None:

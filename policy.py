@@ -867,8 +867,9 @@ def detach_from_trainer(parent: int) -> None:
     """Run first in a new engine process: a session of its own, so a terminal's Ctrl-C (sent to the trainer's
     process group) reaches the trainer only, which finishes its step, saves and then shuts the engine down;
     and SIGTERM when ``parent`` dies (Linux' ``PR_SET_PDEATHSIG``), so a trainer killed outright leaves no
-    engine behind. Self-contained: the spawn wrapper (``_spawn_wrapper``) runs its source before Python's
-    multiprocessing takes over."""
+    engine behind (the signal comes when the *thread* that started the engine ends: start it from the main
+    thread, as the scripts do). Self-contained: the spawn wrapper (``_spawn_wrapper``) runs its source before
+    Python's multiprocessing takes over."""
     import ctypes
     import os
     import signal
@@ -880,12 +881,17 @@ def detach_from_trainer(parent: int) -> None:
             os._exit(1)
 
 
-_detaching = {"parent": 0}     # while this process starts an engine: the pid its new processes belong to
+# while this process starts an engine: the pid its new processes belong to, and multiprocessing's executable
+_detaching: dict[str, Any] = {"parent": 0, "python": None}
 
 
 def _detach_forked_child() -> None:     # os.register_at_fork's hook: runs in every child of os.fork()
-    parent, _detaching["parent"] = _detaching["parent"], 0     # the child's own children stay in its session
+    parent, _detaching["parent"] = _detaching["parent"], 0
     if parent:
+        # the engine's own children stay in its session and spawn with the plain interpreter
+        import multiprocessing.spawn
+        multiprocessing.spawn.set_executable(_detaching["python"])
+        os.environ.pop("WEBAGENT_ENGINE_PARENT", None)
         detach_from_trainer(parent)
 
 
@@ -896,11 +902,10 @@ def _spawn_wrapper() -> str:
     code = "\n".join([inspect.getsource(detach_from_trainer), "import os, sys",
                       "detach_from_trainer(int(os.environ.pop('WEBAGENT_ENGINE_PARENT')))",
                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"])
-    path = os.path.join(tempfile.gettempdir(), f"webagent-engine-python-{os.getuid()}-{os.getpid()}")
-    with open(path + ".tmp", "w") as f:
+    fd, path = tempfile.mkstemp(prefix="webagent-engine-python-")
+    with os.fdopen(fd, "w") as f:
         f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)} \"$@\"\n")
-    os.chmod(path + ".tmp", 0o755)
-    os.replace(path + ".tmp", path)
+    os.chmod(path, 0o700)
     return path
 
 
@@ -914,16 +919,23 @@ def _engine_detached():
         os.register_at_fork(after_in_child=_detach_forked_child)
         _engine_detached.hooked = True
     python, wrapper = multiprocessing.spawn.get_executable(), _spawn_wrapper()
-    _detaching["parent"] = os.getpid()
+    if not os.access(wrapper, os.X_OK):         # a temporary folder mounted noexec: spawned engines stay attached
+        log.warning("cannot run %s (noexec?): a spawned vLLM engine shares the terminal's Ctrl-C; set TMPDIR "
+                    "to a folder that allows execution", wrapper)
+        os.unlink(wrapper)
+        wrapper = None
+    _detaching.update(parent=os.getpid(), python=python)
     os.environ["WEBAGENT_ENGINE_PARENT"] = str(os.getpid())
-    multiprocessing.spawn.set_executable(wrapper)
+    if wrapper:
+        multiprocessing.spawn.set_executable(wrapper)
     try:
         yield      # the engine is up when this returns: its processes run Python, not the wrapper, by then
     finally:
         _detaching["parent"] = 0
         os.environ.pop("WEBAGENT_ENGINE_PARENT", None)
         multiprocessing.spawn.set_executable(python)
-        os.unlink(wrapper)
+        if wrapper:
+            os.unlink(wrapper)
 
 
 def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, kv_cache_memory_bytes: int | None,

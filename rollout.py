@@ -207,14 +207,15 @@ class Runner:
         gets ``on_failure(job, reason)`` as its result and its context is replaced; ``on_done(job, result)``
         is called as each episode ends."""
         async def one(job: J) -> R:
-            env = await self._get_env()
             task = getattr(job, "task", job)   # a rollout Job, or a bare Task (experts)
+            env = None
             try:
-                # what the episode needs to itself (a site replica: webarena.SitePool), waited for outside the
-                # episode's time limit and given back however the episode ends
-                # (the callbacks get the job as given, the episode the job on its lease)
+                # what the episode needs to itself (a site replica: webarena.SitePool), waited for before it
+                # takes a context and outside its time limit, given back however it ends; the callbacks get the
+                # job as given, the episode the job on its lease
                 async with webenv.family_of(task).lease(task) if isinstance(task, webenv.Task) \
                         else contextlib.nullcontext(task) as leased:
+                    env = await self._get_env()
                     here = job if leased is task else leased if job is task else dataclasses.replace(job, task=leased)
                     result = await asyncio.wait_for(episode(env, here), self.timeout_s)
             except (webenv.EpisodeCrash, asyncio.TimeoutError) as e:
@@ -223,10 +224,12 @@ class Runner:
                 log.warning("episode of %s seed %s ended: %s", getattr(task, "task_id", "?"),
                             getattr(task, "seed", "?"), reason)
                 result = on_failure(job, reason)
-                await env.close()   # whatever state it is in, the next episode gets a fresh context
-                env = await self.pool.new_env(**self.env_kwargs)
+                if env is not None:   # whatever state it is in, the next episode gets a fresh context
+                    await env.close()
+                    env = await self.pool.new_env(**self.env_kwargs)
             finally:
-                self._idle.put_nowait(env)   # (after a failure: the replacement)
+                if env is not None:
+                    self._idle.put_nowait(env)   # (after a failure: the replacement)
             if on_done is not None:
                 on_done(job, result)
             return result

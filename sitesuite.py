@@ -708,11 +708,10 @@ _shared_lock = threading.Lock()
 
 
 def base_url() -> str:
-    """The URL the suite's tasks use: $SITESUITE_URL (a server started by hand), else the first replica of
-    $WA_SUITE (servers in shared-state mode leased per episode: webarena.SitePool), else this process's own
+    """The URL the suite's tasks use: $SITESUITE_URL (a server started by hand), else this process's own
     server, started on first use (a daemon thread on a free port)."""
     global _shared
-    url = os.environ.get("SITESUITE_URL", "").strip().rstrip("/") or webarena.webarena_site_url("SUITE")
+    url = os.environ.get("SITESUITE_URL", "").strip().rstrip("/")
     if url:
         return url
     with _shared_lock:

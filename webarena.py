@@ -65,6 +65,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import time
 import urllib.error
 import urllib.parse
@@ -1279,7 +1280,7 @@ def rehost(task: Task, moves: dict[str, str]) -> Task:
     moves = {old: new for old, new in moves.items() if old != new}
     if not moves:
         return task
-    pattern = re.compile("|".join(re.escape(o) for o in sorted(moves, key=len, reverse=True)) + r"(?=[/?#\s|]|$)")
+    pattern = re.compile("|".join(re.escape(o) for o in sorted(moves, key=len, reverse=True)) + r"(?=[/?#\s|'\"),]|$)")
 
     def sub(obj: Any) -> Any:
         if isinstance(obj, str):
@@ -1316,14 +1317,15 @@ async def run_reset(spec: str, replica: Replica) -> None:
     argv = shlex.split(spec)
     try:
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.STDOUT)
+                                                    stderr=asyncio.subprocess.STDOUT, start_new_session=True)
     except OSError as e:
         raise RuntimeError(f"{spec}: {e}") from None
     try:
         out = (await proc.communicate())[0]
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:            # a timeout: the command and what it started (docker run ...)
         with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
         raise
     if proc.returncode != 0:
         tail = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
@@ -1348,13 +1350,22 @@ class SitePool:
     replicas here run as they are. One pool per process and event loop (``site_pool``)."""
 
     def __init__(self, urls: dict[str, list[str]], resets: dict[str, str], *, home: dict[str, str] | None = None,
-                 reset_tries: int = 3, retry_delay_s: float = 5.0, reset_timeout_s: float = 900.0) -> None:
+                 first_index: int = 0, index_step: int = 1, exclusive: bool = False, reset_tries: int = 3,
+                 retry_delay_s: float = 5.0, reset_timeout_s: float = 900.0) -> None:
         missing = sorted(site for site in urls if not resets.get(site))
         if missing:
             raise ValueError(f"site replicas need a reset: set WA_{missing[0].upper()}_RESET to a command or a URL "
                              "to POST ({url}, {index} filled in)")
-        self.replicas = {site: [Replica(site, i, url) for i, url in enumerate(us)] for site, us in urls.items() if us}
+        for site, spec in resets.items():
+            try:
+                shlex.split(spec)
+            except ValueError as e:
+                raise ValueError(f"WA_{site.upper()}_RESET: {e}: {spec!r}") from None
+        # a replica's index is its place in WA_<SITE>'s full list, the same on every rank ({index} in resets)
+        self.replicas = {site: [Replica(site, first_index + k * index_step, url) for k, url in enumerate(us)]
+                         for site, us in urls.items() if us}
         self.resets = dict(resets)
+        self.exclusive = exclusive
         # where the tasks were loaded (the first URL of WA_<SITE>, on every rank): what a lease moves them from
         self.home = {site: (home or {}).get(site) or reps[0].url for site, reps in self.replicas.items()}
         self.reset_tries, self.retry_delay_s, self.reset_timeout_s = reset_tries, retry_delay_s, reset_timeout_s
@@ -1369,7 +1380,9 @@ class SitePool:
     def from_env(cls, environ: dict[str, str] | None = None) -> "SitePool | None":
         """The pool the environment describes, or None: a site takes part when ``WA_<SITE>_RESET`` is set, its
         replicas listed in ``WA_<SITE>`` (space- or comma-separated). Ranks of a launcher (RANK, WORLD_SIZE)
-        take every WORLD_SIZE-th replica from their rank on, so no two processes lease the same one."""
+        take every WORLD_SIZE-th replica from their rank on, so no two processes lease the same one (a replica's
+        ``{index}`` is its place in the full list). ``WA_LEASE=exclusive``: every episode leases its replicas
+        alone and has them reset after it, readers too (an exploring agent may change a site on any task)."""
         environ = dict(os.environ if environ is None else environ)
         rank, world = int(environ.get("RANK", "0") or 0), int(environ.get("WORLD_SIZE", "1") or 1)
         urls, resets, home = {}, {}, {}
@@ -1388,7 +1401,9 @@ class SitePool:
                     and var[3:].lower() not in resets):
                 raise ValueError(f"{var} lists {n} replicas but {var}_RESET is not set: a replica is reset after "
                                  "each episode that may have changed it (a command, or a URL to POST)")
-        return cls(urls, resets, home=home) if urls else None
+        exclusive = environ.get("WA_LEASE", "by-task").strip() == "exclusive"
+        return (cls(urls, resets, home=home, first_index=rank, index_step=world, exclusive=exclusive)
+                if urls else None)
 
     def sites_of(self, task: Task) -> list[str]:
         return [site for site in task.site.split("+") if site in self.replicas]
@@ -1400,6 +1415,7 @@ class SitePool:
 
     @contextlib.asynccontextmanager
     async def lease(self, task: Task, writes: bool) -> AsyncIterator[Task]:
+        writes = writes or self.exclusive
         sites = self.sites_of(task)
         if not sites:
             yield task
@@ -1455,7 +1471,7 @@ class SitePool:
                 shutil.rmtree(old, ignore_errors=True)
         try:
             await asyncio.shield(login)
-        except RuntimeError as e:
+        except Exception as e:            # a site still starting, no browser, a failed sign-in: this episode only
             raise EpisodeCrash(f"signing into {', '.join(f'{r.site} replica {r.index}' for r in mine)}: {e}") from None
         return os.path.join(out, name)
 
@@ -1473,7 +1489,7 @@ class SitePool:
         """Follow the running event loop (a script may run several): what the last one left in flight is gone."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            self._loop, self._waiters, self._tasks = loop, [], set()
+            self._loop, self._waiters, self._tasks, self._logins = loop, [], set(), {}
             for r in (r for reps in self.replicas.values() for r in reps):
                 r.resetting = False
         self._start_resets()
@@ -1497,7 +1513,7 @@ class SitePool:
             for attempt in range(1, self.reset_tries + 1):
                 try:
                     await asyncio.wait_for(run_reset(self.resets[r.site], r), self.reset_timeout_s)
-                except (RuntimeError, asyncio.TimeoutError) as e:
+                except Exception as e:        # a failed command or POST, a timeout, a malformed URL: try again
                     self.stats["reset_failures"] += 1
                     _wa_log.warning("reset of %s replica %d (%s) failed, try %d of %d: %s", r.site, r.index, r.url,
                                     attempt, self.reset_tries, str(e) or "timed out")

@@ -262,11 +262,13 @@ async def remote_ab(args: Args) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    log = tempfile.NamedTemporaryFile("w+", prefix="run-server-", suffix=".log", delete=False)   # never a full pipe
     server = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        while "Listening on" not in (line := server.stdout.readline()):
-            assert line, "playwright run-server did not start"
+        while "Listening on" not in open(log.name).read():
+            assert server.poll() is None, "playwright run-server did not start: " + open(log.name).read()[-2000:]
+            time.sleep(0.1)
         try:
             os.environ.setdefault("WEBAGENT_REMOTE_CHROMIUM", env.find_chromium(None) or "")
         except FileNotFoundError:

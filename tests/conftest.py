@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -86,18 +87,16 @@ def start_browser_server(port: int | None = None) -> tuple[subprocess.Popen, str
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+    log = tempfile.NamedTemporaryFile("w+", prefix="run-server-", suffix=".log", delete=False)   # never a full pipe
     proc = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline, lines = time.time() + 60, []
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if "Listening on" in line:
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if "Listening on" in open(log.name).read():
             return proc, f"ws://127.0.0.1:{port}/"
-        if not line and proc.poll() is not None:
-            break
+        time.sleep(0.1)
     stop_browser_server(proc)
-    raise RuntimeError("playwright run-server did not start: " + "".join(lines[-20:]))
+    raise RuntimeError("playwright run-server did not start: " + open(log.name).read()[-2000:])
 
 
 def stop_browser_server(proc: subprocess.Popen) -> None:

@@ -389,9 +389,9 @@ def test_webrtc_cannot_reach_around_the_allow_list(run, pool):
 
 
 def test_browser_servers_spread_contexts_run_episodes_and_heal_a_lost_connection(run, monkeypatch):
-    """--browser-endpoint with two real Playwright browser servers: new contexts go to the server with the
-    fewest; a server that dies ends its episode as a crashed browser does, the next reset runs on the other
-    one, and once the server is back the pool connects to it again."""
+    """--browser-endpoint with two real Playwright browser servers: new contexts go to them in turn; a server
+    that dies ends its episode as a crashed browser does, the next reset runs on the other one, and once the
+    server is back the pool connects to it again."""
     from conftest import start_browser_server, stop_browser_server
     try:
         monkeypatch.setenv("WEBAGENT_REMOTE_CHROMIUM", env.find_chromium(None))
@@ -401,7 +401,7 @@ def test_browser_servers_spread_contexts_run_episodes_and_heal_a_lost_connection
     (first, endpoint), _ = servers
 
     async def go():
-        async with env.BrowserPool(endpoints=[s[1] for s in servers]) as p:
+        async with env.BrowserPool(endpoints=[s[1] for s in servers], server_retry_s=0) as p:
             envs = [await p.new_env() for _ in range(2)]
             for e in envs:
                 obs = await e.reset(task("click-button", 4))

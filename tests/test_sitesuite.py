@@ -296,7 +296,7 @@ def test_replicas_keep_concurrent_trajectories_of_a_shared_site_apart(run, pool,
     target = sitesuite.task_config("edit-profile@in", seed, "http://h")["instantiation_dict"]["value"]
     start = sitesuite.world(seed).profile["location"]
     servers = [sitesuite.SuiteServer(shared_seed=seed).start() for _ in range(2)]
-    monkeypatch.delenv("SITESUITE_URL", raising=False)
+    monkeypatch.setenv("SITESUITE_URL", servers[0].url)     # the suite's tasks load there: the first replica
 
     async def episodes() -> tuple[list[float], list[str]]:
         task = dataclasses.replace(env.load_tasks("suite:edit-profile@in")[0], seed=seed)

@@ -1210,7 +1210,11 @@ def test_site_pool_from_the_environment():
                "WA_EXTRA_ORIGINS": "http://m:1,http://m:2", "RANK": "1", "WORLD_SIZE": "2"}
     pool = webarena.SitePool.from_env(environ)
     assert [r.url for r in pool.replicas["gitlab"]] == ["http://h:2", "http://h:4"]   # rank 1 of 2: its own
-    assert pool.home == {"gitlab": "http://h:1"}                                      # where tasks were loaded
+    assert [r.index for r in pool.replicas["gitlab"]] == [1, 3]                      # {index}: the full list's
+    assert pool.home == {"gitlab": "http://h:1"} and not pool.exclusive              # where tasks were loaded
+    assert webarena.SitePool.from_env({**environ, "WA_LEASE": "exclusive"}).exclusive
+    with pytest.raises(ValueError, match="WA_GITLAB_RESET: No closing quotation"):
+        webarena.SitePool.from_env({"WA_GITLAB": "http://h:1", "WA_GITLAB_RESET": "docker restart 'gitlab"})
 
 
 def test_site_pool_leases_resets_and_gives_up_on_a_replica_that_cannot_be_reset(tmp_path):
@@ -1243,6 +1247,11 @@ def test_site_pool_leases_resets_and_gives_up_on_a_replica_that_cannot_be_reset(
                                    retry_delay_s=0.01)
         with pytest.raises(env.EpisodeCrash, match="every replica failed its reset"):
             async with broken.lease(task, writes=True):
+                pass
+        malformed = webarena.SitePool({"gitlab": ["http://h:1"]}, {"gitlab": "http://h:99999999/reset"},
+                                      retry_delay_s=0.01)         # any error of a reset is a failed try
+        with pytest.raises(env.EpisodeCrash, match="every replica failed its reset"):
+            async with malformed.lease(task, writes=False):
                 pass
         return broken.take_stats()
 

@@ -78,6 +78,7 @@ import env as webenv
 import policy
 import sitesuite  # noqa: F401  (registers the site suite's task family, "suite:...")
 import trainlib
+import webarena
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts
 
 log = logging.getLogger("webagent.eval")
@@ -724,6 +725,7 @@ def main(args: Args) -> dict[str, Any]:
             raise SystemExit(f"--compare-prompts {p!r}: expected one of {compress.PROMPT_KINDS}")
     budgets = parse_budgets(args.max_steps)
     tasks = webenv.load_tasks(args.tasks)
+    webarena.site_pool()   # site replicas (docs/webarena.md): a malformed WA_<SITE>_RESET fails here, not mid-run
     out = Path(args.out)
     reused = load_reused(args.reuse, args, episode_tasks(tasks, args.episodes, budgets[-1], args.seed_start),
                          [n for n, _ in models], out) if args.reuse else []

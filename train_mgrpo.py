@@ -420,6 +420,7 @@ def main(args: Args) -> Path:
                  args.tasks_per_step, args.group_size, args.tasks_per_step // world)
     torch.manual_seed(args.seed * 1000 + rank)
     tasks = [dataclasses.replace(t, max_steps=args.max_turns) for t in webenv.load_tasks(args.tasks)]
+    webarena.site_pool()   # site replicas (docs/webarena.md): a malformed WA_<SITE>_RESET fails here, not mid-run
 
     # ---- models ----
     ep = args.episode

@@ -25,4 +25,5 @@ for d in sorted((root / "evals").iterdir()):
                                 "outcomes": {f"{r['task']}/{r['seed']}": int(bool(r["success"])) for r in recs}}
 out.parent.mkdir(parents=True, exist_ok=True)
 out.write_text(json.dumps(data, indent=1) + "\n")
-print(f"{out}: " + ", ".join(f"{k} {sum(v['outcomes'].values())}/{len(v['outcomes'])}" for k, v in data["runs"].items()))
+counts = (f"{name} {sum(run['outcomes'].values())}/{len(run['outcomes'])}" for name, run in data["runs"].items())
+print(f"{out}: " + ", ".join(counts))

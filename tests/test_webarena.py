@@ -1188,7 +1188,8 @@ def test_rehost_moves_every_url_of_the_site_and_nothing_else():
            "require_login": False, "storage_state": None, "require_reset": True,
            "eval": {"eval_types": ["url_match", "program_html"], "reference_answers": None,
                     "reference_url": "http://h:802/b?q=1", "url_note": "GOLD in PRED",
-                    "program_html": [{"url": "http://h:802", "locator": "", "required_contents": {"must_include": ["http://h:802/c"]}}]}}
+                    "program_html": [{"url": "http://h:802", "locator": "",
+                                      "required_contents": {"must_include": ["http://h:802/c"]}}]}}
     task = webarena.webarena_task(raw)
     assert task.require_reset
     moved = webarena.rehost(task, {"http://h:802": "http://h:902"})
@@ -1274,7 +1275,8 @@ def test_leased_replicas_are_signed_into_after_their_reset(site, tmp_path, pool,
         monkeypatch.setenv("WA_GITLAB", f"{site.url} {other.url}")
         monkeypatch.setenv("WA_GITLAB_RESET", "{url}/__reset")
         run(env.webarena_login(["gitlab"], ".auth", pool=pool), timeout=120)     # before the run, on replica 0
-        profile = {"url": "__GITLAB__/-/profile", "locator": "", "required_contents": {"must_include": ["@byteblaze"]}}
+        profile = {"url": "__GITLAB__/-/profile", "locator": "",
+                   "required_contents": {"must_include": ["@byteblaze"]}}
         (task,) = load(tmp_path, [config(sites=["gitlab"], require_login=True, start_url="__GITLAB__/-/profile",
                                          storage_state="./.auth/gitlab_state.json",
                                          eval={"eval_types": ["program_html"], "reference_answers": None,
@@ -1286,7 +1288,8 @@ def test_leased_replicas_are_signed_into_after_their_reset(site, tmp_path, pool,
 
         async def both():
             async with rollout.Runner(pool, 2) as runner:
-                return await runner.run([rollout.Job(task, g) for g in (0, 1)], episode, lambda job, why: (False, why, ""))
+                return await runner.run([rollout.Job(task, g) for g in (0, 1)], episode,
+                                        lambda job, why: (False, why, ""))
         results = run(both(), timeout=180)
     finally:
         other.stop()

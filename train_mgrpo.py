@@ -451,7 +451,8 @@ def main(args: Args) -> Path:
         backend = policy.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
                                      temperature=ep.temperature, top_p=ep.top_p,
                                      gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context,
-                                     seed=args.seed + rank, local_rank=local_rank)   # this rank's own GPU
+                                     seed=args.seed + rank, local_rank=local_rank,   # this rank's own GPU
+                                     own_session=True)   # Ctrl-C reaches the trainer only: the step finishes
 
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
     sampler = TaskSampler(tasks, args.task_sampling, args.seed, rank)

@@ -258,9 +258,10 @@ def _alive(pids: list[int]) -> list[int]:
                                        ("ctrl-c", "spawn"), ("killed", "spawn")])
 def test_shutdown_leaves_no_engine_process(served, tmp_path, how, start):
     """However the parent ends (it closes the backend, a terminal's Ctrl-C reaches its process group, or it is
-    killed outright, SIGKILL, with no chance to clean up), no engine process outlives it: the engine runs in
-    a session of its own and gets SIGTERM when its parent dies (`policy.detach_from_trainer`). vLLM forks
-    its engine on a CPU and spawns it once CUDA is initialized (every GPU trainer): both ways, for real."""
+    killed outright, SIGKILL, with no chance to clean up), no engine process outlives it: the engine gets
+    SIGTERM when its parent dies (`policy.detach_from_trainer`; train_mgrpo.py also puts it in a session of
+    its own, tests/test_training.py). vLLM forks its engine on a CPU and spawns it once CUDA is initialized
+    (every GPU trainer): both ways, for real."""
     script = tmp_path / "engine.py"
     script.write_text(_SHUTDOWN_SCRIPT)
     environ = dict(os.environ, CUDA_VISIBLE_DEVICES="4,5",      # as the launcher sets it for every rank

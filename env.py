@@ -1061,6 +1061,38 @@ LAUNCH_ARGS = (
 )
 
 
+def start_browser_server(port: int | None = None) -> tuple[Any, str]:
+    """A Playwright browser server on this machine (``python -m playwright run-server --unsafe``, as
+    docs/environment.md starts one on a browser machine), for tests and benchmarks of ``--browser-endpoint``:
+    (its process, its ws:// endpoint). ``--unsafe`` lets a pool send its launch flags and
+    $WEBAGENT_REMOTE_CHROMIUM. Stop it with ``stop_browser_server``."""
+    import subprocess
+    import sys
+    import tempfile
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    log = tempfile.NamedTemporaryFile("w+", prefix="run-server-", suffix=".log", delete=False)   # never a full pipe
+    proc = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if "Listening on" in open(log.name).read():
+            return proc, f"ws://127.0.0.1:{port}/"
+        time.sleep(0.1)
+    stop_browser_server(proc)
+    raise RuntimeError("playwright run-server did not start: " + open(log.name).read()[-2000:])
+
+
+def stop_browser_server(proc: Any) -> None:
+    """Kill a ``start_browser_server`` process and the browsers it launched."""
+    import signal
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
 def find_chromium(bundled_path: str | None = None) -> str | None:
     """The Chromium to launch: $WEBAGENT_CHROMIUM, else Playwright's bundled browser when its executable
     exists (returns None = Playwright's default), else a system Chromium on PATH or /usr/bin/chromium."""

@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import os
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -256,32 +255,22 @@ async def sandbox_ab(args: Args) -> None:
 async def remote_ab(args: Args) -> None:
     """Chromium launched here against one behind a Playwright browser server on this machine (the protocol's
     own cost, --browser-endpoint): an env of each, taking turns on the benchmark site."""
-    import signal
-    import subprocess
     proc, site = _start_site()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = tempfile.NamedTemporaryFile("w+", prefix="run-server-", suffix=".log", delete=False)   # never a full pipe
-    server = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server, endpoint = env.start_browser_server()
     try:
-        while "Listening on" not in open(log.name).read():
-            assert server.poll() is None, "playwright run-server did not start: " + open(log.name).read()[-2000:]
-            time.sleep(0.1)
         try:
             os.environ.setdefault("WEBAGENT_REMOTE_CHROMIUM", env.find_chromium(None) or "")
         except FileNotFoundError:
             pass
         task = env.Task("bench/site", "bench", "click next", f"{site}/p/0", max_steps=10**6)
-        async with env.BrowserPool() as here, env.BrowserPool(endpoints=[f"ws://127.0.0.1:{port}/"]) as there:
+        async with env.BrowserPool() as here, env.BrowserPool(endpoints=[endpoint]) as there:
             envs = {"launched": await here.new_env(max_repeats=10**6), "server": await there.new_env(max_repeats=10**6)}
             times = await take_turns(args, envs, task)
             for e in envs.values():
                 await e.close()
     finally:
         proc.terminate()
-        os.killpg(server.pid, signal.SIGKILL)
+        env.stop_browser_server(server)
     print(f"remote browser A/B: {args.rounds} rounds x {args.sandbox_steps} steps per mode, Chromium launched here "
           f"and one behind `playwright run-server` on this machine, taking turns; same site, load "
           f"{os.getloadavg()[0]:.1f}")

@@ -8,12 +8,6 @@ one BrowserPool (one Chromium) on that loop is shared by the browser tests (`poo
 import asyncio
 import importlib.util
 import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 
 import pytest
 
@@ -78,31 +72,7 @@ def pool(run):
     run(p.close(), timeout=60)
 
 
-def start_browser_server(port: int | None = None) -> tuple[subprocess.Popen, str]:
-    """A real Playwright browser server on this machine (``python -m playwright run-server --unsafe``, as
-    docs/environment.md starts one on a browser machine): (process, its ws:// endpoint). ``--unsafe`` lets the
-    pool send its launch flags and, where Playwright's own browser is not installed (this box),
-    $WEBAGENT_REMOTE_CHROMIUM."""
-    if port is None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    log = tempfile.NamedTemporaryFile("w+", prefix="run-server-", suffix=".log", delete=False)   # never a full pipe
-    proc = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:
-        if "Listening on" in open(log.name).read():
-            return proc, f"ws://127.0.0.1:{port}/"
-        time.sleep(0.1)
-    stop_browser_server(proc)
-    raise RuntimeError("playwright run-server did not start: " + open(log.name).read()[-2000:])
-
-
-def stop_browser_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)      # the server and the browsers it launched
-    proc.wait(timeout=30)
+from env import start_browser_server, stop_browser_server  # noqa: E402  (the tests import them from here)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ What it implements
   format (default; ``<think> ... </think> <answer> ACTION </answer>``), the plain format (bare action,
   the Table 3 ablation), and short variants for tiny CPU models (the prompt is part of every sample).
 - ``format_response`` / ``parse_response`` / ``split_response``: the response format (thought + action) in one
-  place; env.parse_action reads responses through ``parse_response``.
+  place; actions.parse_action (also env.parse_action) reads responses through ``parse_response``.
 - ``Turn`` / ``build_messages``: h_t = (s'_1, a_1, ..., s'_{t-1}, a_{t-1}, s_t), every earlier
   observation s'_k replaced by ``PLACEHOLDER`` ("** Simplified html **"); ``compress=False`` keeps them.
 - ``render_prompt`` / ``render_sample``: ``tokenizer.apply_chat_template`` -> ``input_ids`` and a loss mask

@@ -76,7 +76,6 @@ from typing import Any, Literal
 import compress
 import env as webenv
 import policy
-import sitesuite  # noqa: F401  (registers the site suite's task family, "suite:...")
 import trainlib
 import webarena
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts

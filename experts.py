@@ -89,9 +89,9 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
 import env as webenv
-import sitesuite   # registers the site suite's task family ("suite:..." specs)
+import sitesuite   # the site suite: its account and family name (env registers the family)
 from compress import PromptKind, format_response   # the response format lives in compress.py
-from env import Action, format_action
+from actions import Action, format_action   # the action grammar
 from rollout import Runner
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError

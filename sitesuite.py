@@ -71,8 +71,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import env as webenv
 import webarena
+from tasks import DEMO_SEEDS, EVAL_SEEDS, Task, register_family
 
 log = logging.getLogger("webagent.sitesuite")
 
@@ -962,7 +962,7 @@ class SuiteFamily(webarena.WebArenaFamily):
     the env's WebArenaFamily's choice); results are grouped by suite family (``column``: "edit-profile@out")."""
     name = "suite"
 
-    def load(self, body: str) -> list[webenv.Task]:
+    def load(self, body: str) -> list[Task]:
         names: list[str] = []
         for n in (n.strip() for n in (body or "all").split(",")):
             if n == "all":                               # every family (edit-profile with starts by seed)
@@ -972,17 +972,17 @@ class SuiteFamily(webarena.WebArenaFamily):
                 names.append(n)
         base = base_url()
         # a family's start page is the same for every seed: its seed-0 config's (start() checks the episode's)
-        return [webenv.Task(task_id=f"suite/{n}", site=SITE, intent="",
+        return [Task(task_id=f"suite/{n}", site=SITE, intent="",
                             start_url=task_config(n, 0, base)["start_url"], eval={"type": "suite"},
                             family=self.name) for n in names]
 
     @staticmethod
-    def config(task: webenv.Task) -> dict[str, Any]:
+    def config(task: Task) -> dict[str, Any]:
         """The concrete config of an episode of ``task`` (its family and seed; the task's own server URL)."""
         base = task.start_url.split("/", 3)
         return task_config(task.task_id.removeprefix("suite/"), task.seed, "/".join(base[:3]))
 
-    async def setup_context(self, env: Any, context: Any, task: webenv.Task) -> None:
+    async def setup_context(self, env: Any, context: Any, task: Task) -> None:
         cfg = self.config(task)
         base = cfg["start_url"].split("/", 3)
         origin = "/".join(base[:3])
@@ -992,7 +992,7 @@ class SuiteFamily(webarena.WebArenaFamily):
                 cookies += json.load(f)["cookies"]
         await context.add_cookies(cookies)
 
-    async def start(self, env: Any, page: Any, task: webenv.Task) -> webenv.Task:
+    async def start(self, env: Any, page: Any, task: Task) -> Task:
         # env's own config check (the one WebArena configs go through) builds the concrete task
         concrete = webarena.webarena_task(self.config(task))
         if concrete.start_url != task.start_url:          # a seed with its own start page
@@ -1000,7 +1000,7 @@ class SuiteFamily(webarena.WebArenaFamily):
         return dataclasses.replace(task, intent=concrete.intent, eval=concrete.eval,
                                    require_login=concrete.require_login, storage_state=concrete.storage_state)
 
-    async def score_exit(self, env: Any, page: Any, task: webenv.Task, message: str | None,
+    async def score_exit(self, env: Any, page: Any, task: Task, message: str | None,
                          info: dict[str, Any]) -> float:
         """env.evaluate under this family's rubric; an env given no SuiteFamily of its own but a WebArenaFamily
         (eval.py / train_mgrpo.py ``--rubric``) scores suite tasks under that family's rubric too."""
@@ -1011,15 +1011,15 @@ class SuiteFamily(webarena.WebArenaFamily):
         return float(await webarena.evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
                                            rubric=fam.rubric, details=info.setdefault("eval", {})))
 
-    def changes_state(self, task: webenv.Task) -> bool:
+    def changes_state(self, task: Task) -> bool:
         """As WebArena's: a program_html check in the concrete config of the episode's seed."""
         return "program_html" in self.config(task)["eval"]["eval_types"]
 
-    def column(self, task: webenv.Task) -> str:
+    def column(self, task: Task) -> str:
         return task.task_id.removeprefix("suite/")
 
 
-webenv.register_family(SuiteFamily())
+register_family(SuiteFamily())
 
 
 # ---- command line ----
@@ -1038,7 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.configs:
         names = list(FAMILIES) if args.tasks == "all" else args.tasks.split(",")
-        seeds = webenv.DEMO_SEEDS if args.split == "train" else webenv.EVAL_SEEDS
+        seeds = DEMO_SEEDS if args.split == "train" else EVAL_SEEDS
         base = os.environ.get("SITESUITE_URL", f"http://127.0.0.1:{args.port}").rstrip("/")
         configs = ([task_config(n, args.shared, base, standalone=True) for n in names] if args.shared is not None
                    else [task_config(n, seeds[i], base, standalone=True) for n in names for i in range(args.n)])

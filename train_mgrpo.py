@@ -53,7 +53,6 @@ import torch
 
 import env as webenv
 import policy
-import sitesuite  # noqa: F401  (registers the site suite's task family, "suite:...")
 import trainlib
 import webarena
 from rollout import EpisodeConfig, Job, Runner, Sample, Trajectory, rollouts

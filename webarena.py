@@ -2,10 +2,11 @@
 WebArena's rubrics (string_match, url_match, program_html) reproduced with their quirks, the built-in helper
 functions, and the sites' logins (``python webarena.py login``; ``python env.py login`` is the same).
 
-env.py imports this module at its end, so ``env.load_tasks("<config>.json")`` and the ``env.<name>`` spellings
-of its public names (``env.evaluate``, ``env.load_webarena_tasks``, ``env.webarena_login``, ...) keep working.
+The family registers itself when this module is imported (it imports tasks.py, sandbox.py and browser.py, never
+env); env.py imports it, so ``env.load_tasks("<config>.json")`` and the ``env.<name>`` spellings of its public
+names (``env.evaluate``, ``env.load_webarena_tasks``, ``env.webarena_login``, ...) work wherever env is imported.
 
-env.py knows this module only as a task family (WebArenaFamily, registered at import) and by:
+The environment knows this module only as a task family (WebArenaFamily) and by:
   load_webarena_tasks(path) -> list[Task]        (used by load_tasks for a JSON path)
   async evaluate(task, page, answer, *, judge=None, helpers=None, rubric="vab") -> float in {0.0, 1.0}
                                                   (called by WebArenaFamily.score_exit on exit())
@@ -75,8 +76,10 @@ from typing import Any, AsyncIterator, Sequence
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
-from env import (BrowserPool, EpisodeCrash, Task, TaskFamily, WebEnv, _first_line, family_of, host_entry,
-                 new_proxied_context, outside_hosts_re, register_family)
+from browser import BrowserPool, WebEnv
+from sandbox import host_entry, new_proxied_context, outside_hosts_re
+from tasks import EpisodeCrash, Task, TaskFamily, family_of, register_family
+from tasks import first_line as _first_line
 
 _wa_log = logging.getLogger("env.webarena")
 # inside a leased episode (SitePool.lease): site name -> the URL of the replica it holds

@@ -14,9 +14,15 @@ and this process's CPU ms (the proxy relays in a thread of it).
 With --remote, only the cost of a browser behind a Playwright browser server (--browser-endpoint): the same
 site and turns, Chromium launched by this process against one behind `playwright run-server` on this machine.
 
+With --before DIR, only this tree's env against the env of another checkout (DIR, e.g. made by
+`git worktree add /tmp/before HEAD~1`), for a change that must not cost anything: MiniWoB resets (a fresh
+context each, then reused ones) and Click steps, each version in its own process (its own Chromium), the two
+taking turns round by round (order alternating); medians per version, ratio, and the paired difference.
+
 Run: .venv/bin/python bench/bench_env.py [--steps 60] [--contexts 8]
      .venv/bin/python bench/bench_env.py --sandbox [--rounds 10] [--sandbox-steps 10]
      .venv/bin/python bench/bench_env.py --remote [--rounds 10] [--sandbox-steps 10]
+     .venv/bin/python bench/bench_env.py --before /tmp/before [--rounds 10] [--sandbox-steps 10]
 Results are recorded by hand in bench/RESULTS.md under "## env".
 """
 from __future__ import annotations
@@ -35,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import browser  # noqa: E402  (where WebEnv reads proxy_settings: the --sandbox A/B swaps it there)
 import env  # noqa: E402
 
 
@@ -50,12 +57,15 @@ class Args:
     remote: bool = False     # run only the remote-browser A/B (a Playwright browser server against launched Chromium)
     rounds: int = 10         # sandbox A/B: rounds, each = one direct and one proxied episode (order alternating)
     sandbox_steps: int = 10  # sandbox A/B: page-to-page clicks per episode
+    before: str = ""         # a checkout whose env this tree's is measured against (see above)
 
 
 def parse_args() -> Args:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
-        if isinstance(f.default, bool):
+        if f.name == "before":
+            p.add_argument("--before", default="", metavar="DIR")
+        elif isinstance(f.default, bool):
             p.add_argument(f"--{f.name.replace('_', '-')}", action="store_true")
         else:
             p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
@@ -233,11 +243,11 @@ async def sandbox_ab(args: Args) -> None:
     @contextlib.contextmanager
     def setting(mode: str):
         # "direct": the context connects by itself (the request router alone, as before the proxy)
-        env.proxy_settings = real_settings if mode == "proxy" else (lambda port: None)
+        browser.proxy_settings = real_settings if mode == "proxy" else (lambda port: None)
         try:
             yield
         finally:
-            env.proxy_settings = real_settings
+            browser.proxy_settings = real_settings
     try:
         async with env.BrowserPool() as pool:
             envs = {m: await pool.new_env(max_repeats=10**6) for m in ("direct", "proxy")}
@@ -277,8 +287,79 @@ async def remote_ab(args: Args) -> None:
     print_ab(times)
 
 
+# ---- this tree's env against another checkout's ----
+
+# Run in a subprocess with the checkout as its working directory and first on sys.path; uses only the API both
+# versions share. Per round (argv: rounds, steps): resets of click-checkboxes, MiniWoB's first tasks, then Click
+# steps on the checkboxes; prints one JSON line per round when stdin says go, so that the versions take turns.
+_VERSION_RUN = r"""
+import asyncio, dataclasses, json, sys, time
+sys.path.insert(0, ".")
+import env
+async def main(rounds, steps):
+    async with env.BrowserPool() as pool:
+        e = await pool.new_env(max_repeats=10**6)
+        names = ["click-button", "click-checkboxes", "click-link", "enter-text", "login-user", "focus-text"]
+        for k in range(rounds + 1):
+            sys.stdin.readline()
+            resets, stepped = [], []
+            for name in names:
+                t = time.perf_counter()
+                await e.reset(env.miniwob_task(name, seed=k))
+                resets.append(time.perf_counter() - t)
+            await e.reset(dataclasses.replace(env.miniwob_task("click-checkboxes", seed=k), max_steps=10**6))
+            for s in range(steps):
+                t = time.perf_counter()
+                r = await e.step(f'do(action="Click", element="{s % 2}")')
+                stepped.append(time.perf_counter() - t)
+                assert r.info["error"] is None and not r.done, r.info
+            print(json.dumps({"reset": resets, "step": stepped}), flush=True)
+        await e.close()
+asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+"""
+
+
+def versions_ab(args: Args) -> None:
+    import json
+    import subprocess
+    trees = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parent.parent}
+    if not (trees["before"] / "env.py").exists():
+        raise SystemExit(f"--before {args.before}: no env.py there (a checkout of this repository is expected)")
+    procs = {v: subprocess.Popen([sys.executable, "-c", _VERSION_RUN, str(args.rounds), str(args.sandbox_steps)],
+                                 cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for v, tree in trees.items()}
+    times: dict[str, dict[str, list[float]]] = {v: {"step": [], "reset": []} for v in trees}
+    try:
+        for k in range(args.rounds + 1):                     # round 0: warm-up, not counted
+            for v in (("before", "after") if k % 2 == 0 else ("after", "before")):
+                procs[v].stdin.write("go\n")
+                procs[v].stdin.flush()
+                line = procs[v].stdout.readline()
+                if not line:
+                    raise SystemExit(f"the {v} version's run ended early (exit {procs[v].wait()})")
+                if k:
+                    for key, xs in json.loads(line).items():
+                        times[v][key] += xs
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()
+            proc.wait(timeout=120)
+    print(f"env versions A/B: {trees['before']} (before) against {trees['after']} (after), {args.rounds} rounds "
+          f"of 6 MiniWoB resets + {args.sandbox_steps} Click steps each, one process each taking turns; load "
+          f"{os.getloadavg()[0]:.1f}")
+    for key, label in (("step", "Click step (parse + click + settle + observe), ms"), ("reset", "MiniWoB reset, ms")):
+        b, a = times["before"][key], times["after"][key]
+        diffs = [(y - x) * 1000 for x, y in zip(b, a)]
+        print(f"  {label:52s} before median {median_ms(b):7.1f}   after median {median_ms(a):7.1f}   ratio "
+              f"{statistics.median(a) / statistics.median(b):.2f}x   paired diff median {statistics.median(diffs):+.1f}"
+              f" (n={len(diffs)})")
+
+
 async def main(args: Args) -> None:
     print(f"# env benchmark  cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}  {vars(args)}")
+    if args.before:
+        versions_ab(args)
+        return
     if args.sandbox:
         await sandbox_ab(args)
         return

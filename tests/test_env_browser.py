@@ -13,8 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from playwright.async_api import Error as PlaywrightError
 
 import env
+import miniwob_tasks
 from env import load_tasks
 
 
@@ -223,7 +225,7 @@ def test_closed_context_and_crashed_page_end_episode(run, pool):
             cdp = await e.context.new_cdp_session(e.page)
             try:
                 await asyncio.wait_for(cdp.send("Page.crash"), 5)
-            except (env.PlaywrightError, asyncio.TimeoutError):
+            except (PlaywrightError, asyncio.TimeoutError):
                 pass                                   # the crash may drop the reply
             crashed = await e.step('do(action="Click", element="0")')
             ok = await e.reset(task("click-button", 5))
@@ -243,7 +245,7 @@ def pages_url():
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
-    handler = functools.partial(Quiet, directory=str(env._miniwob_html_dir()))
+    handler = functools.partial(Quiet, directory=str(miniwob_tasks._miniwob_html_dir()))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -22,6 +22,8 @@ import urllib.parse
 import pytest
 
 import env
+import sandbox
+import tasks
 
 SECRET = b"TRAINER-SECRET"
 
@@ -127,7 +129,7 @@ def test_proxy_address_for_browsers_on_other_machines(monkeypatch):
     to the first server (127.0.0.1 for one on this machine), unless WEBAGENT_PROXY_HOST says otherwise; the
     browsers' launch flags keep that address resolvable."""
     monkeypatch.delenv("WEBAGENT_PROXY_HOST", raising=False)
-    monkeypatch.setattr(env, "_proxy_host_toward", {})
+    monkeypatch.setattr(sandbox, "_proxy_host_toward", {})
     assert env.proxy_host() == "127.0.0.1" and env.address_toward("ws://127.0.0.1:3000/") == "127.0.0.1"
     try:
         outward = env.address_toward("ws://192.0.2.7:3000/")      # TEST-NET-1: routed, never contacted
@@ -162,7 +164,7 @@ def test_allow_list_entries_are_origins():
     for url, ok in cases.items():
         assert (pattern.match(url) is None) == ok, url
         assert env.url_allowed(allowed, url) == ok, url
-        hp = env._host_port(url)
+        hp = sandbox._host_port(url)
         if hp:
             assert env.origin_allowed(allowed, *hp) == ok, url
 
@@ -349,7 +351,7 @@ def test_miniwob_host_is_never_connected_to(run, wenv, servers):
     """The proxy refuses connections to a family's routed host (miniwob.local is served by the context's
     router and never resolved) without counting them; MiniWoB episodes block nothing."""
     wob = env.load_tasks("miniwob:click-button")[0]
-    check = wenv._proxy_check(("miniwob.local",), ("miniwob.local",))
+    check = wenv.sandbox.proxy_check(("miniwob.local",), ("miniwob.local",))
     assert check("miniwob.local", 80) is None and check("127.0.0.1", 80) is False
     obs = run(wenv.reset(wob))
     assert "<button" in obs.text and wenv.blocked_requests == 0
@@ -481,7 +483,7 @@ def test_a_service_worker_that_starts_anyway_ends_with_its_context(run, wenv, se
     try:
         registered, kinds, same_context, text, regs = run(go(), timeout=60)
     finally:
-        env._FAMILIES.pop("sandbox-reuse", None)
+        tasks._FAMILIES.pop("sandbox-reuse", None)
     assert registered == "registered"
     assert kinds.get("service_worker") == 1, kinds
     assert not same_context and regs == 0

@@ -56,7 +56,6 @@ def __getattr__(name: str) -> Any:
 
 # ---- manual check ----
 
-
 async def _manual_check(spec: str, seed: int = 0, headless: bool = True) -> None:
     """Open the first task of `spec`, print the observation, then read actions from stdin until done."""
     import sys
@@ -70,6 +69,11 @@ async def _manual_check(spec: str, seed: int = 0, headless: bool = True) -> None
             print("action> ", end="", flush=True)
             line = await loop.run_in_executor(None, sys.stdin.readline)
             if not line:
+                break
+            res = await env.step(line)
+            print(f"{res.info}\n{res.obs.text}\n")
+            if res.done:
+                print(f"done: reward={res.reward} reason={res.info['done_reason']}")
                 break
 
 

@@ -93,3 +93,15 @@ def test_public_names_keep_working_from_env(name, home):
 
     import env
     assert getattr(env, name) is getattr(importlib.import_module(home), name)
+
+
+def test_env_py_runs_a_task_by_hand():
+    """``python env.py TASK SEED``, the README's manual check: the observation, then actions from stdin until the
+    episode ends (real Chromium)."""
+    out = subprocess.run([sys.executable, "env.py", "miniwob:click-button", "3"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=180, input='do(action="Type", argument="x", element="1")\n'
+                                                      'do(action="Click", element="0")\n')
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert 'intent: Click on the "no" button.' in out.stdout
+    assert "'done_reason': None" in out.stdout               # the first action ran, the episode went on
+    assert out.stdout.rstrip().endswith("done: reward=1.0 reason=page_done")

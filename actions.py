@@ -1,5 +1,5 @@
 """The action grammar: what one action of the agent is, how it is read from a model response and written back.
-No browser here: env.py executes the Action that ``parse_action`` returns, experts.py writes its actions with
+No browser here: execute.py runs the Action that ``parse_action`` returns, experts.py writes its actions with
 ``format_action``, compress.py's prompt lists the same 11 action names (Table 6 of the paper).
 
 - ``parse_action(text) -> Action``: a whole response (the action region comes from compress.parse_response:

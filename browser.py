@@ -373,17 +373,17 @@ class BrowserPool:
 
 class ContextWatch:
     """What the events of one browser context tell its env: requests in flight, main-frame navigations, tabs
-    opened, dialogs accepted (all per episode, ``new_episode``), and why the episode cannot go on: a page
-    crashed, the context closed, a service worker started (counted as blocked; such a context is never
-    reused). One watch per context: ``stop()`` when the env lets its context go, after which that context's
-    events (they still arrive while it closes) change nothing. A new tab becomes the active one
-    (``on_tab(page)``)."""
+    opened (per episode, ``new_episode``), dialogs accepted (per step), and why the episode cannot go on: a
+    page crashed, the context closed while an episode ran (``running()``), a service worker started (counted
+    as blocked; such a context is not reused). One watch per context: ``stop()`` when the env lets its context
+    go, after which that context's events (they still arrive while it closes) change nothing. A new tab
+    becomes the active one (``on_tab(page)``)."""
 
-    def __init__(self, context: Any, sandbox: Sandbox, on_tab: Any) -> None:
+    def __init__(self, context: Any, sandbox: Sandbox, on_tab: Any, running: Any) -> None:
         self.sandbox = sandbox
         self.on_tab = on_tab
+        self.running = running
         self.live = True
-        self.worker_started = False
         self.new_episode()
         context.on("serviceworker", self._on_service_worker)
         context.on("page", self._on_page)
@@ -396,17 +396,18 @@ class ContextWatch:
         self.inflight = 0
         self.idle = asyncio.Event()
         self.idle.set()
-        self.navs = 0                           # main-frame navigations of the active tab's page
+        self.navs = 0                           # main-frame navigations, of any tab
         self.opened = 0                         # tabs opened (popups, target=_blank, the start tabs)
         self.tab_opened = asyncio.Event()
-        self.dialogs: list[str] = []            # accepted during the current step
+        self.dialogs: list[str] = []            # accepted during the current step (step() clears it)
         self.crash: str | None = None
+        self.worker_started = False
 
     def stop(self) -> None:
         self.live = False
 
     def set_crash(self, reason: str) -> None:
-        if self.live and self.crash is None:
+        if self.live and self.crash is None and self.running():
             self.crash = reason
 
     def _on_page(self, page: Any) -> None:
@@ -581,10 +582,11 @@ class WebEnv:
         self._browser = browser
         ctx.set_default_timeout(self.action_timeout_ms)
         ctx.set_default_navigation_timeout(self.nav_timeout_ms)
-        await self.sandbox.guard(ctx, self.eval_timeout_s)
+        await self.sandbox.route_requests(ctx, self.eval_timeout_s)
         await self._w(fam.setup_context(self, ctx, task))               # e.g. MiniWoB's file routes
+        await self.sandbox.guard_page(ctx, self.eval_timeout_s)
         await self._w(ctx.add_init_script(POPUP_PROBE_JS))
-        self.watch = ContextWatch(ctx, self.sandbox, self._on_new_tab)
+        self.watch = ContextWatch(ctx, self.sandbox, self._on_new_tab, running=lambda: not self._done)
         return ctx
 
     def _on_new_tab(self, page: Any) -> None:
@@ -789,7 +791,8 @@ class WebEnv:
             obs = self._last_obs or Observation(text="", url="", intent="")
             return StepResult(obs=obs, reward=0.0, done=True, info=self._finish_info(info, self._done_reason))
         self.steps += 1
-        self.watch.dialogs.clear()
+        if self.watch is not None:
+            self.watch.dialogs.clear()
         task = self.task
         reward, done_reason = 0.0, None
         try:

@@ -15,7 +15,7 @@ agent's env, the action grammar, the task interface and all three task families,
 A task family joins by registering itself when its module is imported (``tasks.register_family``); this
 module imports the three, so ``env.load_tasks("miniwob:click-button,login-user" | "miniwob:all" |
 "suite:..." | "<webarena config>.json")`` finds them wherever env is imported. Dependencies flow one way:
-actions, tasks and sandbox are leaves (actions reads responses through compress.py); browser and execute
+sandbox is a leaf, tasks uses its host_entry and actions compress.py's response splitter; browser and execute
 use them; the families use tasks, sandbox and browser; env imports everything and nothing here imports env.
 
 Quick manual check (prints the observation, then reads actions from stdin until the episode ends):
@@ -39,10 +39,11 @@ from browser import (EXTRACT_JS, KEPT_ATTRS, LAUNCH_ARGS, MAX_OBS_CHARS, Browser
                      stop_browser_server)
 from execute import execute  # noqa: F401
 from miniwob_tasks import (MINIWOB_BASE_URL, MINIWOB_EXCLUDE_IDS, MINIWOB_HOST, MINIWOB_UNSOLVABLE,  # noqa: F401
-                     MiniWoBFamily, miniwob_task, miniwob_task_names)
+                           MiniWoBFamily, miniwob_task, miniwob_task_names)
 from sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy, address_toward,  # noqa: F401
                      host_entry, new_proxied_context, origin_allowed, outside_hosts_re, proxy_host,
                      proxy_settings, sandbox_proxy, url_allowed)
+from sitesuite import SuiteFamily  # noqa: F401
 from tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, TRAIN_SEEDS, VALID_SEEDS, EpisodeCrash,  # noqa: F401
                    EpisodeStatus, Task, TaskFamily, family_of, load_tasks, register_family)
 

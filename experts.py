@@ -101,7 +101,7 @@ log = logging.getLogger("experts")
 
 # ---- seeds ----
 
-# One definition, in env.py (eval.py and train_mgrpo.py use the same ranges):
+# One definition, in tasks.py (eval.py and train_mgrpo.py use the same ranges):
 TRAIN_SEEDS = webenv.DEMO_SEEDS      # range(0, 100_000): demonstrations (RL and validation have their own)
 EVAL_SEEDS = webenv.EVAL_SEEDS       # range(1_000_000, 2_000_000): held-out evaluation pages
 SPLITS = {"train": TRAIN_SEEDS, "eval": EVAL_SEEDS}

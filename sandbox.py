@@ -300,9 +300,10 @@ class Sandbox:
     "service_worker"; the first 20 ``blocked_urls``). ``allowed`` is the running episode's allow-list.
 
     >>> sandbox = Sandbox()                                                       # doctest: +SKIP
-    >>> sandbox.allowed = ("miniwob.local",)
-    >>> port = await sandbox_proxy().listen(sandbox.proxy_check(sandbox.allowed, ()))
-    >>> await sandbox.guard(context, 10.0)    # before any tab opens
+    >>> sandbox.allowed = ("miniwob.local",)                                      # doctest: +SKIP
+    >>> port = await sandbox_proxy().listen(sandbox.proxy_check(sandbox.allowed, ()))  # doctest: +SKIP
+    >>> await sandbox.route_requests(context, 10.0)    # before any tab opens     # doctest: +SKIP
+    >>> await sandbox.guard_page(context, 10.0)                                   # doctest: +SKIP
     """
 
     def __init__(self) -> None:
@@ -318,12 +319,15 @@ class Sandbox:
         # host:port -> (when, layer) of its last blocked attempt not yet matched by the other layer's
         self._recent: dict[str, tuple[float, str]] = {}
 
-    async def guard(self, context: Any, timeout_s: float) -> None:
-        """Install the router on a new context, before its first tab: requests and WebSockets outside
-        ``self.allowed`` are aborted and counted, WebRTC and service workers are off in every frame. Only
-        requests outside the allow-list reach Python (a regex matched in the driver), so allowed traffic flows
-        without a round trip. A context is never reused for a task with other hosts."""
+    async def route_requests(self, context: Any, timeout_s: float) -> None:
+        """On a new context, before its family's own routes and its first tab: requests outside
+        ``self.allowed`` are aborted and counted. Only those reach Python (a regex matched in the driver), so
+        allowed traffic flows without a round trip. A context is never reused for a task with other hosts."""
         await asyncio.wait_for(context.route(outside_hosts_re(self.allowed), self._route_request), timeout_s)
+
+    async def guard_page(self, context: Any, timeout_s: float) -> None:
+        """After the family's routes, before the first tab: WebSockets outside ``self.allowed`` are closed and
+        counted; WebRTC and service-worker registration are off in every frame."""
         await asyncio.wait_for(context.route_web_socket("**/*", self._route_ws), timeout_s)
         await asyncio.wait_for(context.add_init_script(NO_WEBRTC_JS), timeout_s)
         await asyncio.wait_for(context.add_init_script(NO_SERVICE_WORKER_JS), timeout_s)

@@ -219,4 +219,5 @@ def load_tasks(spec: str) -> list[Task]:
     if (os.path.exists(spec) or spec.endswith(".json")) and "webarena" in _FAMILIES:
         return _FAMILIES["webarena"].load(spec)
     raise ValueError(f"unknown task spec {spec!r}: use '<family>:<tasks>' (families: {', '.join(_FAMILIES)}) "
-                     f"or the path of a config .json")
+                     f"or the path of a config .json" + ("" if "webarena" in _FAMILIES else
+                                                          " (with webarena.py imported: import env)"))

@@ -1253,7 +1253,7 @@ def _login_cli(argv: list[str]) -> None:
     print("\n".join(paths))
 
 
-# ---- the family, registered with env.py ----
+# ---- the family, registered when this module is imported ----
 
 # ---- site replicas: trajectories that change a site never share it ----
 # M-GRPO runs the G trajectories of a task at once. On one shared site, trajectory 1 creates the repository and

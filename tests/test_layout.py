@@ -86,7 +86,7 @@ def test_the_three_families_join_the_same_way():
     ("host_entry", "sandbox"), ("url_allowed", "sandbox"), ("proxy_settings", "sandbox"),
     ("MiniWoBFamily", "miniwob_tasks"), ("miniwob_task", "miniwob_tasks"), ("MINIWOB_UNSOLVABLE", "miniwob_tasks"),
     ("evaluate", "webarena"), ("load_webarena_tasks", "webarena"), ("webarena_login", "webarena"),
-    ("WebArenaFamily", "webarena"), ("SitePool", "webarena"),
+    ("WebArenaFamily", "webarena"), ("SitePool", "webarena"), ("SuiteFamily", "sitesuite"),
 ])
 def test_public_names_keep_working_from_env(name, home):
     import importlib

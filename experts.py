@@ -90,8 +90,8 @@ from typing import Any, Awaitable, Callable, Literal
 
 import env as webenv
 import sitesuite   # the site suite: its account and family name (env registers the family)
-from compress import PromptKind, format_response   # the response format lives in compress.py
 from actions import Action, format_action   # the action grammar
+from compress import PromptKind, format_response   # the response format lives in compress.py
 from rollout import Runner
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError

@@ -973,8 +973,8 @@ class SuiteFamily(webarena.WebArenaFamily):
         base = base_url()
         # a family's start page is the same for every seed: its seed-0 config's (start() checks the episode's)
         return [Task(task_id=f"suite/{n}", site=SITE, intent="",
-                            start_url=task_config(n, 0, base)["start_url"], eval={"type": "suite"},
-                            family=self.name) for n in names]
+                     start_url=task_config(n, 0, base)["start_url"], eval={"type": "suite"},
+                     family=self.name) for n in names]
 
     @staticmethod
     def config(task: Task) -> dict[str, Any]:

@@ -1,16 +1,20 @@
 """The web environment for WebAgent-R1, the one module users import: ``import env`` gives the browser pool, the
 agent's env, the action grammar, the task interface and all three task families, each living in its module:
 
-| module | what | names (all also ``env.<name>``) |
-| --- | --- | --- |
-| browser.py | one Chromium and many isolated contexts; the env one agent acts in (reset / step / observation) | ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``, ``find_chromium``, ``start_browser_server`` |
-| actions.py | the action grammar: parse one action from a response, write it back (no browser) | ``parse_action``, ``format_action``, ``Action``, ``ActionParseError``, ``ACTION_NAMES`` |
-| execute.py | how each action runs on the page | ``execute`` |
-| sandbox.py | a context reaches only its task's origins: request router + SOCKS5 proxy | ``Sandbox``, ``SandboxProxy``, ``host_entry``, ``url_allowed``, ``proxy_host`` |
-| tasks.py | what a task is, the ``TaskFamily`` interface and its registry, the MiniWoB seed ranges | ``Task``, ``TaskFamily``, ``register_family``, ``family_of``, ``load_tasks``, ``EpisodeCrash``, ``EVAL_SEEDS`` |
-| miniwob_tasks.py | MiniWoB++ (the embedded default) | ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE`` |
-| webarena.py | WebArena / WebArena-Lite: configs, rubrics, helpers, logins, site replicas | ``evaluate``, ``load_webarena_tasks``, ``webarena_login``, ``SitePool``, ... |
-| sitesuite.py | the WebArena-format shop + forum served here | ``SuiteFamily``, ``python sitesuite.py`` (the server) |
+- browser.py: one Chromium and many isolated contexts; the env one agent acts in (reset / step / observation):
+  ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``, ``find_chromium``, ``start_browser_server``.
+- actions.py: the action grammar, parse one action from a response and write it back (no browser):
+  ``parse_action``, ``format_action``, ``Action``, ``ActionParseError``, ``ACTION_NAMES``.
+- execute.py: how each action runs on the page: ``execute``.
+- sandbox.py: a context reaches only its task's origins, request router + SOCKS5 proxy: ``Sandbox``,
+  ``SandboxProxy``, ``host_entry``, ``url_allowed``, ``proxy_host``.
+- tasks.py: what a task is, the ``TaskFamily`` interface and its registry, the MiniWoB seed ranges: ``Task``,
+  ``TaskFamily``, ``register_family``, ``family_of``, ``load_tasks``, ``EpisodeCrash``, ``EVAL_SEEDS``.
+- miniwob_tasks.py: MiniWoB++ (the embedded default): ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE``.
+- webarena.py: WebArena / WebArena-Lite, configs, rubrics, helpers, logins, site replicas: ``evaluate``,
+  ``load_webarena_tasks``, ``webarena_login``, ``SitePool``, ...
+- sitesuite.py: the WebArena-format shop + forum served here: ``SuiteFamily``; ``python sitesuite.py`` serves it.
+Every name listed is also ``env.<name>``.
 
 A task family joins by registering itself when its module is imported (``tasks.register_family``); this
 module imports the three, so ``env.load_tasks("miniwob:click-button,login-user" | "miniwob:all" |

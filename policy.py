@@ -869,12 +869,12 @@ def _engine_gpus(local_rank: int | None):
 
 def detach_from_trainer(parent: int, own_session: bool = True) -> None:
     """Run first in a new engine process: with ``own_session``, a session of its own, so a terminal's Ctrl-C
-    (sent to the trainer's process group) reaches the trainer only, which finishes its step, saves and then
-    shuts the engine down (train_mgrpo.py; a script that does not handle SIGINT is better off with the engine
-    dying of the same Ctrl-C, the default); always SIGTERM when ``parent`` dies (Linux' ``PR_SET_PDEATHSIG``), so a trainer killed outright leaves no
-    engine behind (the signal comes when the *thread* that started the engine ends: start it from the main
-    thread, as the scripts do). Self-contained: the spawn wrapper (``_spawn_wrapper``) runs its source before
-    Python's multiprocessing takes over."""
+    (sent to the trainer's process group) reaches the trainer only, which finishes its step, saves and then shuts
+    the engine down (train_mgrpo.py; a script that does not handle SIGINT is better off with the engine dying of
+    the same Ctrl-C, the default); always SIGTERM when ``parent`` dies (Linux' ``PR_SET_PDEATHSIG``), so a
+    trainer killed outright leaves no engine behind (the signal comes when the *thread* that started the engine
+    ends: start it from the main thread, as the scripts do). Self-contained: the spawn wrapper
+    (``_spawn_wrapper``) runs its source before Python's multiprocessing takes over."""
     import ctypes
     import os
     import signal

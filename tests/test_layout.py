@@ -67,11 +67,13 @@ def test_the_three_families_join_the_same_way():
     """Each family module registers itself on import; ``import env`` alone finds all three, in a fresh
     interpreter (no script or test imported anything first)."""
     code = ("import env, tasks; print(sorted(tasks._FAMILIES)); "
-            "print(len(env.load_tasks('miniwob:click-button,login-user')), env.load_tasks('suite:add-to-cart')[0].family)")
+            "print(len(env.load_tasks('miniwob:click-button,login-user')), "
+            "env.load_tasks('suite:add-to-cart')[0].family)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["['miniwob', 'suite', 'webarena']", "2 suite"]
-    for module, name in (("miniwob_tasks", "MiniWoBFamily"), ("webarena", "WebArenaFamily"), ("sitesuite", "SuiteFamily")):
+    for module, name in (("miniwob_tasks", "MiniWoBFamily"), ("webarena", "WebArenaFamily"),
+                         ("sitesuite", "SuiteFamily")):
         source = (ROOT / f"{module}.py").read_text(encoding="utf-8")
         assert f"register_family({name}())" in source, module
 

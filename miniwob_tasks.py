@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import json
 import mimetypes
@@ -34,11 +35,15 @@ MINIWOB_EXCLUDE_IDS = ("reward-display", "sync-task-cover", "click-canvas")   # 
 MINIWOB_EPISODE_MS = 10 ** 9          # core.EPISODE_MAX_TIME: the page's own timer never ends an episode
 
 
+@functools.lru_cache(maxsize=1)
 def _miniwob_html_dir() -> Path:
+    """The package's html directory, found once per process: every file a MiniWoB page loads is served from it,
+    and a later lookup could land elsewhere (a ``miniwob.py`` created in the working directory mid-run shadowed
+    the package and made a running job serve 404s)."""
     spec = importlib.util.find_spec("miniwob")       # locate without importing (importing registers gym envs)
     if spec is None or spec.origin is None:
         raise RuntimeError("the `miniwob` package is not installed; run `make setup`")
-    return Path(spec.origin).parent / "html"
+    return (Path(spec.origin).parent / "html").resolve()
 
 
 # Tasks of the package that the paper's action space (Table 6) with a text observation cannot solve.
@@ -132,7 +137,7 @@ class MiniWoBFamily(TaskFamily):
 
     def _read(self, rel_path: str) -> bytes | None:
         """Bytes of a file under the package's html directory (cached), or None if absent or outside it."""
-        root = _miniwob_html_dir().resolve()
+        root = _miniwob_html_dir()
         path = (root / rel_path.lstrip("/")).resolve()
         if root not in path.parents or not path.is_file():
             return None

@@ -183,7 +183,7 @@ def main() -> None:
             engine.backward(loss)
             engine.step()
         sync()
-        t_bc = (time.perf_counter() - t0) / max(a.bc_steps, 1)
+        t_bc = (time.perf_counter() - t0) / a.bc_steps if a.bc_steps else None   # --bc-steps 0: nothing to time
     bc_tokens = sum(len(s.ids) for s in samples[:a.micro_batch])
 
     # ---- checkpoint, reload in the training dtype, compare log-probs ----
@@ -211,13 +211,14 @@ def main() -> None:
     hf_cfg = engine.module.config
     update_flops = model_flops(hf_cfg, body, samples, passes=3 + 1)        # policy forward + backward, reference
     bc_flops = model_flops(hf_cfg, body, samples[:a.micro_batch], passes=3)
-    mfu = (lambda flops, s: flops / s / (peak_tflops * 1e12) if peak_tflops else None)
+    mfu = (lambda flops, s: flops / s / (peak_tflops * 1e12) if peak_tflops and s else None)
     result = {
         "shape": a.shape, "device": name, "dtype": str(dtype), "params": n_params,
         "attention": hf_cfg._attn_implementation,
         "zero_stage": trainlib.zero_stage(cfg), "samples": len(samples), "update_tokens": tokens,
         "update_seconds": t_update, "update_tokens_per_s": tokens / t_update,
-        "update_mfu": mfu(update_flops, t_update), "bc_seconds_per_step": t_bc, "bc_tokens_per_s": bc_tokens / t_bc,
+        "update_mfu": mfu(update_flops, t_update), "bc_seconds_per_step": t_bc,
+        "bc_tokens_per_s": bc_tokens / t_bc if t_bc else None,
         "bc_mfu": mfu(bc_flops, t_bc), "peak_memory_gib": peak / 2**30, "train_loss": stats["train/loss"],
         "reloaded_dtype": reloaded_dtype, "reload_max_logprob_diff": reload_diff,
         "trained_vs_init_max_logprob_diff": trained_diff, "memory_gib_by_phase": memory.phases,

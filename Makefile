@@ -27,8 +27,9 @@ demo-suite: setup
 	@bash scripts/demo_suite.sh
 
 # The paper's other findings in the demo's miniature: test-time scaling, thinking vs plain, R1-CoT, R1-Zero
-# (FINDINGS="tts plain cot zero" picks stages; measured with the untrained tiny model, the demo's earlier
-# configuration, whose run goes to runs/demo-scratch).
+# (FINDINGS="tts plain cot zero r1zero" picks stages; the first four measured with the untrained tiny model, the
+# demo's earlier configuration, whose run goes to runs/demo-scratch; r1zero: R1-Zero on make demo's tasks and
+# RL budget, from the pretrained base).
 demo-findings: setup
 	@bash scripts/demo_findings.sh
 

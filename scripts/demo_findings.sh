@@ -14,13 +14,14 @@
 #           (runs/demo's BC + M-GRPO is the row to compare with; this stage left make demo to keep it in 45 min)
 #
 # It reuses that demo run (DEMO_OUT, default runs/demo-scratch: its demos, BC and RL models) and runs it first
-# when it is missing. FINDINGS="tts plain cot zero" picks stages; FINDINGS_OUT=runs/findings is where they go.
+# when it is missing. FINDINGS="tts plain cot zero r1zero" picks stages; FINDINGS_OUT=runs/findings is where
+# they go.
 # Budgets are that configuration's (80 demonstrations per task, BC 300 steps, RL 48 steps of 4 x G=4, 20 episodes per task);
 # FINDINGS_SIZE=smoke runs every stage in seconds-long budgets on 2 tasks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # TASKS, SATURATED_TASKS, MODEL, BASE, RL_DEMO_*, stage, bc, rl
-DEMO_TASKS_=$TASKS                       # make demo's tasks (the r1zero stage)
+MAIN_TASKS=$TASKS                        # make demo's tasks (the r1zero stage)
 TASKS=$SATURATED_TASKS                   # the tasks these findings were measured on (scripts/demo.sh reads it)
 DEMO=${DEMO_OUT:-runs/demo-scratch}
 OUT=${FINDINGS_OUT:-runs/findings}
@@ -30,7 +31,7 @@ EPISODES=80; BC_STEPS=300; RL_STEPS=48; B=4; G=4; EVAL=20; NEW=64
 ZERO_STEPS=$RL_DEMO_STEPS; ZERO_B=$RL_DEMO_B; ZERO_G=$RL_DEMO_G; ZERO_EVAL=50          # the r1zero stage
 if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
   TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=3; RL_STEPS=1; B=2; G=2; EVAL=1
-  DEMO_TASKS_=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1
+  MAIN_TASKS=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1
 fi
 COT_NEW=192     # a long thought is ~100 tokens of the tiny tokenizer before the action
 mkdir -p "$OUT"
@@ -69,8 +70,8 @@ for s in $STAGES; do
   r1zero)
     stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $ZERO_STEPS steps of $ZERO_B x G=$ZERO_G"
     # shellcheck disable=SC2086  # the flags split into words
-    TASKS=$DEMO_TASKS_ B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS
-    $PY eval.py --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$DEMO_TASKS_" --episodes "$ZERO_EVAL" \
+    TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS
+    $PY eval.py --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$ZERO_EVAL" \
       --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/r1zero/eval" ;;
   *) echo "unknown stage $s (tts plain cot zero r1zero)" >&2; exit 2 ;;
   esac

@@ -570,7 +570,7 @@ class WebEnv:
             service_workers="block", locale="en-US", proxy=proxy_settings(self._proxy_port))
         kwargs.update(await fam.context_options(self, browser, task))     # e.g. a WebArena login
         try:
-            ctx = await self._w(browser.new_context(**kwargs))
+            ctx = await self.timed(browser.new_context(**kwargs))
         except PlaywrightError as e:
             if "closed" not in str(e).lower():
                 raise
@@ -578,14 +578,14 @@ class WebEnv:
             # not report that to the browser object). Relaunch both, once, and carry on.
             log.warning("browser unreachable (%s); relaunching Playwright and Chromium", first_line(e))
             browser = await self.pool.get_browser(stale=browser)
-            ctx = await self._w(browser.new_context(**kwargs))
+            ctx = await self.timed(browser.new_context(**kwargs))
         self._browser = browser
         ctx.set_default_timeout(self.action_timeout_ms)
         ctx.set_default_navigation_timeout(self.nav_timeout_ms)
         await self.sandbox.route_requests(ctx, self.eval_timeout_s)
-        await self._w(fam.setup_context(self, ctx, task))               # e.g. MiniWoB's file routes
+        await self.timed(fam.setup_context(self, ctx, task))               # e.g. MiniWoB's file routes
         await self.sandbox.guard_page(ctx, self.eval_timeout_s)
-        await self._w(ctx.add_init_script(POPUP_PROBE_JS))
+        await self.timed(ctx.add_init_script(POPUP_PROBE_JS))
         self.watch = ContextWatch(ctx, self.sandbox, self._on_new_tab, running=lambda: not self._done)
         return ctx
 
@@ -612,8 +612,9 @@ class WebEnv:
 
     # -- waiting on page events (no fixed sleeps) --
 
-    async def _w(self, coro: Any, timeout_s: float | None = None) -> Any:
-        """Await a Playwright call that has no timeout of its own, with one."""
+    async def timed(self, coro: Any, timeout_s: float | None = None) -> Any:
+        """Await a Playwright call that has no timeout of its own, with one (the env's eval timeout unless
+        given; execute.py's actions use it too)."""
         return await asyncio.wait_for(coro, timeout_s or self.eval_timeout_s)
 
     async def eval_js(self, target: Any, js: str, arg: Any = None) -> Any:
@@ -752,13 +753,13 @@ class WebEnv:
             urls = [u.strip() for u in task.start_url.split(" |AND| ") if u.strip()]
             page = None
             for url in urls:                        # WebArena: several start tabs; the first is active
-                tab = await self._w(self.context.new_page())
+                tab = await self.timed(self.context.new_page())
                 page = page or tab
                 self._page = tab
                 await tab.goto(url, wait_until="domcontentloaded", timeout=self.nav_timeout_ms)
                 await self.settle(tab, -1)
             self._page = page
-            await self._w(page.bring_to_front())
+            await self.timed(page.bring_to_front())
         self.task = await fam.start(self, page, task)
         obs, _ = await self._observe()
         return obs
@@ -769,8 +770,8 @@ class WebEnv:
         pages = self.context.pages
         for extra in pages[1:]:
             with contextlib.suppress(PlaywrightError):
-                await self._w(extra.close())
-        await self._w(self.context.clear_cookies())
+                await self.timed(extra.close())
+        await self.timed(self.context.clear_cookies())
         page = self._page = pages[0]
         if not fam.restart_in_place(prev, task, page.url):
             await page.goto(task.start_url, wait_until="domcontentloaded", timeout=self.nav_timeout_ms)

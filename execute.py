@@ -68,12 +68,11 @@ async def execute(env: WebEnv, action: Action) -> str | None:
             if loc is not None:
                 await loc.press("Enter", timeout=t)
             else:
-                await asyncio.wait_for(page.keyboard.press("Enter"), env.eval_timeout_s)
+                await env.timed(page.keyboard.press("Enter"))
         elif name in ("Scroll Up", "Scroll Down"):
             sign = -1 if name == "Scroll Up" else 1
             if loc is not None:
-                moved = await asyncio.wait_for(loc.evaluate("(el, s) => (" + SCROLL_JS + ")([el, s])", sign),
-                                               env.eval_timeout_s)
+                moved = await env.eval_js(loc, "(el, s) => (" + SCROLL_JS + ")([el, s])", sign)
             else:
                 moved = await env.eval_js(page, SCROLL_JS, [None, sign])
             if not moved:
@@ -88,7 +87,7 @@ async def execute(env: WebEnv, action: Action) -> str | None:
             if not 0 <= idx < len(pages):
                 return f"tab {idx} does not exist (open tabs: 0..{len(pages) - 1})"
             env.page = page = pages[idx]
-            await asyncio.wait_for(page.bring_to_front(), env.eval_timeout_s)
+            await env.timed(page.bring_to_front())
         elif name == "Wait":
             await asyncio.sleep(env.wait_s)
         else:                                          # parse_action only returns the names above
@@ -120,8 +119,7 @@ async def _type(env: WebEnv, loc: Any, text: str) -> None:
     """Type clears the field first. Short texts are typed key by key (pages listen to key events,
     e.g. autocomplete and search-as-you-type); long ones are filled, the last character typed."""
     t = env.action_timeout_ms
-    kind = await asyncio.wait_for(loc.evaluate("el => el.tagName === 'INPUT' ? el.type : ''", timeout=t),
-                                  env.eval_timeout_s)
+    kind = await env.timed(loc.evaluate("el => el.tagName === 'INPUT' ? el.type : ''", timeout=t))
     iso = _html_input_value(kind, text) if kind in _DATE_INPUTS else None
     if iso is not None:                      # date/time widgets: keys depend on the locale; fill the value
         await loc.fill(iso, timeout=t)
@@ -138,22 +136,20 @@ async def _type(env: WebEnv, loc: Any, text: str) -> None:
             raise
         # not a text field: a control (button, link, select) is an error; another element (e.g. a div
         # terminal listening to keys) is focused by a click, then select-all + type
-        kind = await asyncio.wait_for(loc.evaluate(
-            "el => ['BUTTON', 'A', 'SELECT', 'INPUT', 'OPTION'].includes(el.tagName) ? el.tagName.toLowerCase() : ''"),
-            env.eval_timeout_s)
+        kind = await env.eval_js(
+            loc, "el => ['BUTTON', 'A', 'SELECT', 'INPUT', 'OPTION'].includes(el.tagName) ? el.tagName.toLowerCase() : ''")
         if kind:
             raise PlaywrightError(f"a <{kind}> is not a text field; Type needs an input, textarea or editable element")
         await loc.click(timeout=t)
-        await asyncio.wait_for(env.page.keyboard.press("ControlOrMeta+A"), env.eval_timeout_s)
-        await asyncio.wait_for(env.page.keyboard.type(text), env.eval_timeout_s + 0.05 * len(text))
+        await env.timed(env.page.keyboard.press("ControlOrMeta+A"))
+        await env.timed(env.page.keyboard.type(text), env.eval_timeout_s + 0.05 * len(text))
 
 
 async def _select(env: WebEnv, loc: Any, want: str) -> str | None:
     """Select Dropdown Option: match the option text case-insensitively (exact, else a unique
     substring); on a <select multiple> the option is added to the selection."""
-    info = await asyncio.wait_for(loc.evaluate("""(el) => el.tagName !== 'SELECT' ? null :
-        {multiple: el.multiple, options: Array.from(el.options).map((o) => [o.text, o.label, o.value, o.selected])}"""),
-        env.eval_timeout_s)
+    info = await env.eval_js(loc, """(el) => el.tagName !== 'SELECT' ? null :
+        {multiple: el.multiple, options: Array.from(el.options).map((o) => [o.text, o.label, o.value, o.selected])}""")
     if info is None:
         return "Select Dropdown Option needs a <select> element; click the element to open it instead"
     norm = lambda s: " ".join(str(s).split()).lower()  # noqa: E731

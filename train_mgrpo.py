@@ -22,7 +22,9 @@ One training step:
 
 Options beyond the paper (off by default, each with an ablation row in README.md): ``--dynamic-sampling N``
 (DAPO: roll up to N rounds until a step has B groups with unequal rewards), ``--task-sampling pq`` (groups
-go to tasks with weight p(1-p) of their running success), ``--warmup-steps``, ``--time-budget``.
+go to tasks with weight p(1-p) of their running success), ``--advantage gigpo`` (GiGPO's step-level credit:
+each action's discounted return against the other actions its group took from the same page state, added to
+A_i), ``--warmup-steps``, ``--time-budget``.
 
 Departures from the paper: the default batch is B=4 tasks x G=4 (16 trajectories, the paper's batch
 size); the paper does not give G. With ``--updates-per-batch 1`` (default) the ratio is 1 and the old
@@ -108,6 +110,14 @@ class Args:
     """an unparsable response (a turn env.py answered with a parse error): keep (the paper's: it shares its
     trajectory's advantage, positive in a success) or no-credit (its advantage is min(A_i, 0): a broken turn is
     never pushed up)"""
+    advantage: Literal["grpo", "gigpo"] = "grpo"
+    """credit of an action: grpo (Eq. 2's A_i, the trajectory's group-relative reward, shared by all its actions)
+    or gigpo (GiGPO, Feng et al. 2025: A_i + omega * the action's discounted return relative to the other actions
+    of its group taken from the same page state; not the paper's)"""
+    gigpo_omega: float = 1.0
+    """--advantage gigpo: weight omega of the step-level advantage (GiGPO's 1)"""
+    gigpo_gamma: float = 0.95
+    """--advantage gigpo: discount gamma of the step returns, gamma^(steps left) x reward (GiGPO's 0.95)"""
     group_norm: Literal["kept", "all"] = "kept"
     """Eq. 2's 1/n: kept (n = the groups in the loss, so a step with one informative group moves the policy as
     far as one with all of them) or all (n = every group the step rolled out, as TRL and verl divide by the
@@ -269,6 +279,44 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     return adv.view(-1)                                               # [B * G]
 
 
+def anchor_state(step: dict) -> tuple[str, str]:
+    """The environment state an action was taken from, as GiGPO groups steps: the page's URL and the observation
+    text the policy was shown (not the prompt, whose history differs between trajectories)."""
+    return step.get("url", ""), step.get("observation", "")
+
+
+def step_advantages(valid: list[Trajectory], gamma: float, eps: float = 1e-6) -> tuple[list[list[float]], int, int]:
+    """GiGPO's step-level advantages (Feng et al. 2025, Eq. 5-7) of one group's trajectories.
+
+    Every action a_ij gets its discounted return R_ij = gamma^(|tau_i| - 1 - j) r_i (the binary reward comes at
+    the last step). Actions taken from the same anchor state (``anchor_state``) by any trajectory of the group,
+    at any turn, form a step group, and A^S_ij = (R_ij - mean) / (std + eps) within it (population std, as
+    ``group_advantages``): a step group of one action, or of equal returns, gives 0. An action with no step
+    record (a hand-built trajectory) is a step group of its own.
+    Returns (A^S per trajectory and action, step groups of >= 2 actions, those whose returns differ)."""
+    members: dict[object, list[tuple[int, int]]] = collections.defaultdict(list)
+    returns: list[list[float]] = []
+    for i, t in enumerate(valid):
+        n = len(t.samples)
+        returns.append([gamma ** (n - 1 - j) * t.reward for j in range(n)])
+        for j in range(n):
+            members[anchor_state(t.steps[j]) if j < len(t.steps) else (i, j)].append((i, j))
+    adv = [[0.0] * len(r) for r in returns]
+    shared = differ = 0
+    for where in members.values():
+        if len(where) < 2:
+            continue
+        shared += 1
+        r = torch.tensor([returns[i][j] for i, j in where], dtype=torch.float64)
+        if bool((r == r[0]).all()):
+            continue
+        differ += 1
+        a = (r - r.mean()) / (r.std(unbiased=False) + eps)
+        for (i, j), v in zip(where, a.tolist()):
+            adv[i][j] = v
+    return adv, shared, differ
+
+
 def eq2_weights(group_of_traj: list[int], steps_per_traj: list[int], action_tokens: list[list[int]],
                 n_groups: int | None = None, flat: bool = False) -> list[list[float]]:
     """Per-action weights 1 / (n_groups * G_g * |tau_i| * |a_ij|) of Eq. 2.
@@ -301,12 +349,15 @@ class Batch:
     adv: list[float]
     weight: list[float]
     groups: int                  # groups in the loss, this rank
-    zero_std: list[bool]         # per group with >= 2 valid trajectories: all rewards equal
+    zero_std: list[bool]         # per group with >= 2 valid trajectories: no signal (every advantage 0)
     dropped: int                 # groups left out for having < 2 valid trajectories (environment failures)
+    step_groups: int = 0         # --advantage gigpo: step groups of >= 2 actions (shared anchor states) ...
+    step_groups_differ: int = 0  # ... and those whose discounted returns differ (a step-level signal)
 
 
 def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lambda n: n, world: int = 1,
-                action_weight: str = "eq2", invalid_turns: str = "keep", group_norm: str = "kept") -> Batch:
+                action_weight: str = "eq2", invalid_turns: str = "keep", group_norm: str = "kept",
+                advantage: str = "grpo", gigpo_omega: float = 1.0, gigpo_gamma: float = 0.95) -> Batch:
     """Trajectories -> the samples, advantages and Eq. 2 weights of one update.
 
     - A trajectory the environment ended (``env_error``: failed reset, crash, timeout) is not the policy's
@@ -321,24 +372,34 @@ def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lamb
     - ``invalid_turns="no-credit"``: a turn whose response did not parse gets min(A_i, 0), not A_i.
     - ``group_norm="all"``: n counts every group of the step (those without a signal or a baseline too), not
       only the groups in the loss.
+    - ``advantage="gigpo"``: GiGPO's credit per action, A_ij = A_i + omega * A^S_ij (``step_advantages``, with
+      gamma): the action's return against the other actions taken from the same state. A group then carries a
+      signal when any of its advantages is non-zero (all successes in different numbers of steps do).
     """
     outcomes, dropped = group_outcomes(trajs)
     kept, flags = [], []
+    shared = differ = 0
     for valid, flat in outcomes:
+        rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
+        adv = [[a] * len(t.samples) for t, a in zip(valid, group_advantages(rewards, len(valid)).tolist())]
+        if advantage == "gigpo":
+            step_adv, n_shared, n_differ = step_advantages(valid, gigpo_gamma)
+            shared, differ = shared + n_shared, differ + n_differ
+            adv = [[a + gigpo_omega * b for a, b in zip(ai, bi)] for ai, bi in zip(adv, step_adv)]
+            flat = not any(a for ai in adv for a in ai)
         flags.append(flat)
         if flat and zero_std == "skip":
             continue
-        rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
-        kept.append((valid, group_advantages(rewards, len(valid)).tolist()))
+        kept.append((valid, adv))
     n_kept = reduce_sum(len(kept))    # groups in the loss, all ranks together
     n_norm = reduce_sum(len(outcomes) + dropped) if group_norm == "all" and n_kept else n_kept
     rows = [(t, a) for valid, adv in kept for t, a in zip(valid, adv)]   # (an empty one still counts in G_g)
     weights = eq2_weights([t.group for t, _ in rows], [len(t.samples) for t, _ in rows],
                           [[sum(s.mask) for s in t.samples] for t, _ in rows], n_groups=n_norm or None,
                           flat=action_weight == "flat")
-    batch = Batch([], [], [], len(kept), flags, dropped)
-    for (t, a), w_t in zip(rows, weights):
-        for j, (s, w) in enumerate(zip(t.samples, w_t)):
+    batch = Batch([], [], [], len(kept), flags, dropped, shared, differ)
+    for (t, a_t), w_t in zip(rows, weights):
+        for j, (s, a, w) in enumerate(zip(t.samples, a_t, w_t)):
             unparsable = j < len(t.steps) and t.steps[j].get("parse_error")
             batch.samples.append(s)
             batch.adv.append(min(a, 0.0) if unparsable and invalid_turns == "no-credit" else a)
@@ -571,7 +632,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 # ---- advantages and weights, then the update (Eq. 2) ----
                 batch = mgrpo_batch(trajs, args.zero_std, reduce_sum=_all_reduce_sum, world=world,
                                     action_weight=args.action_weight, invalid_turns=args.invalid_turns,
-                                    group_norm=args.group_norm)
+                                    group_norm=args.group_norm, advantage=args.advantage,
+                                    gigpo_omega=args.gigpo_omega, gigpo_gamma=args.gigpo_gamma)
                 learn = _all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
                 engine.module.train()
@@ -592,6 +654,9 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
                 # ---- log ----
                 stats = rollout_stats(trajs, batch, t_rollout, t_train)
                 stats["rollout/rounds"] = float(rounds)
+                if args.advantage == "gigpo":   # anchor states shared within a group, and those with a signal
+                    stats["train/step_groups"] = float(batch.step_groups)
+                    stats["train/step_groups_signal"] = float(batch.step_groups_differ)
                 if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
                     leases = sites.take_stats()
                     stats["rollout/lease_wait_s"] = leases["wait_s"] / max(leases["leases"], 1)

@@ -483,3 +483,82 @@ def test_sync_weights_frees_the_cache_wakes_weights_pushes_then_wakes_the_kv_cac
     backend = policy.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=True, stop_ids=[0])
     asyncio.run(sync_weights(backend, "model"))
     assert calls == [("free_cached_memory",), ("wake_up", ["weights"]), ("push", "model"), ("wake_up", ["kv_cache"])]
+
+
+# ---- GiGPO (--advantage gigpo): each action's return against the other actions taken from the same state ----
+
+def _walk(group: int, reward: float, states: list[str]) -> Trajectory:
+    """A trajectory through pages ``states`` (one action each, one token per action)."""
+    t = Trajectory(group=group, task_id="t", seed=0, reward=reward)
+    for j, page in enumerate(states):
+        t.samples.append(Sample([1, 2, 10 + j], [0, 0, 1]))
+        t.steps.append({"url": "http://x.test/", "observation": page, "parse_error": False})
+    return t
+
+
+def test_gigpo_step_advantages_worked_out_by_hand():
+    """Four trajectories share their start page S; two successes go on through page A (one of them needs a
+    third step), a failure through B. gamma 0.5: the returns are gamma^(steps left) x reward. Step groups:
+    S = {0.5, 0, 0.25, 0} (mean 0.1875, population std sqrt(0.04296875)), A = {1.0 (t0, last step), 0.5 (t2,
+    one step before its last)} = +-1; B and A2 are visited once (singletons: 0). omega 1 adds them to the
+    episode advantages +-1."""
+    from train_mgrpo import step_advantages
+    trajs = [_walk(0, 1.0, ["S", "A"]), _walk(0, 0.0, ["S", "B"]), _walk(0, 1.0, ["S", "A", "A2"]),
+             _walk(0, 0.0, ["S"])]
+    std_s = math.sqrt(0.04296875)
+    s_adv = [0.3125 / std_s, -0.1875 / std_s, 0.0625 / std_s, -0.1875 / std_s]
+    step, shared, differ = step_advantages(trajs, gamma=0.5)
+    want = [[s_adv[0], 1.0], [s_adv[1], 0.0], [s_adv[2], -1.0, 0.0], [s_adv[3]]]
+    assert (shared, differ) == (2, 2)                                     # S and A; B, A2 are singletons
+    for got, exp in zip(step, want):
+        assert got == pytest.approx(exp, abs=1e-5)
+
+    batch = mgrpo_batch(trajs, advantage="gigpo", gigpo_omega=1.0, gigpo_gamma=0.5)
+    episode = [1.0, 1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0]                 # A_i of each action, in order
+    assert batch.adv == pytest.approx([e + s for e, s in zip(episode, sum(want, []))], abs=1e-5)
+    assert batch.weight == mgrpo_batch(trajs).weight                      # Eq. 2's weights are unchanged
+    assert (batch.step_groups, batch.step_groups_differ) == (2, 2)
+    half = mgrpo_batch(trajs, advantage="gigpo", gigpo_omega=0.5, gigpo_gamma=0.5)
+    assert half.adv == pytest.approx([e + 0.5 * s for e, s in zip(episode, sum(want, []))], abs=1e-5)
+
+
+def test_gigpo_gives_all_success_groups_a_signal_and_leaves_all_failures_out():
+    """All successes: GRPO sees equal rewards (no signal, the group leaves the loss); GiGPO still prefers the
+    shorter way from the shared start page (returns 1 and gamma: +1 and -1), and the second trajectory's later
+    step, from a page nobody else saw, gets 0. All failures: every return is 0, no signal either way. An
+    environment failure stays out of its group (its samples too), as in GRPO."""
+    ok = [_walk(0, 1.0, ["S"]), _walk(0, 1.0, ["S", "X"])]
+    fail = [_walk(1, 0.0, ["S"]), _walk(1, 0.0, ["S", "Y"])]
+    crashed = _walk(0, 1.0, ["S", "Z", "W"])
+    crashed.env_error = True
+    trajs = ok + fail + [crashed]
+    assert mgrpo_batch(trajs).groups == 0
+    g = mgrpo_batch(trajs, advantage="gigpo")
+    assert g.groups == 1 and g.zero_std == [False, True]
+    assert g.adv == pytest.approx([1.0, -1.0, 0.0], abs=1e-4)                # (+-0.025 / (0.025 + eps))
+    assert g.samples == ok[0].samples + ok[1].samples
+
+
+def test_gigpo_with_omega_zero_is_grpo_and_its_step_advantages_reach_the_loss():
+    """omega 0 gives Eq. 2's batch exactly (same samples, advantages and weights). With omega 1, the gradient of
+    the loss with respect to each action's log-prob is -weight x (A_i + A^S_ij) (ratio 1, beta 0): the two
+    first actions of one trajectory pair that share an advantage under GRPO are pushed apart."""
+    rng = random.Random(3)
+    trajs = []
+    for g in range(3):
+        for i in range(4):
+            states = ["S"] + [rng.choice("ABC") for _ in range(rng.randint(0, 3))]
+            trajs.append(_walk(g, float(rng.random() < 0.5), states))
+    grpo = mgrpo_batch(trajs)
+    zero = mgrpo_batch(trajs, advantage="gigpo", gigpo_omega=0.0)
+    assert (zero.samples, zero.adv, zero.weight, zero.groups) == (grpo.samples, grpo.adv, grpo.weight, grpo.groups)
+
+    gigpo = mgrpo_batch(trajs, advantage="gigpo")
+    assert gigpo.adv != grpo.adv
+    logp = torch.full((len(gigpo.samples), 1), -1.0, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones_like(logp)
+    loss, _ = mgrpo_loss(logp, logp.detach(), None, mask, torch.tensor(gigpo.adv, dtype=torch.float64),
+                         torch.tensor(gigpo.weight, dtype=torch.float64), beta=0.0)
+    loss.backward()
+    want = [-w * a for w, a in zip(gigpo.weight, gigpo.adv)]
+    assert logp.grad[:, 0].tolist() == pytest.approx(want, abs=1e-12)

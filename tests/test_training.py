@@ -201,13 +201,13 @@ def half_right_bc(demos, tmp_path_factory) -> Path:
 
 def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     """Three M-GRPO steps in Chromium with the options beyond the paper on (dynamic sampling, p(1-p) task
-    sampling, lr warm-up), a checkpoint at step 2, and a resume from it."""
+    sampling, lr warm-up, GiGPO's step-level advantages), a checkpoint at step 2, and a resume from it."""
     out = tmp_path / "rl"
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--tasks-per-step", "2", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40",
               "--prompt", "short", "--lr", "1e-4", "--save-every", "2",
               "--dynamic-sampling", "2", "--task-sampling", "pq", "--warmup-steps", "2",
-              "--eval-every", "2", "--eval-pages", "2", "--temperature", "0.9"]
+              "--eval-every", "2", "--eval-pages", "2", "--temperature", "0.9", "--advantage", "gigpo"]
     run_script("train_mgrpo.py", *common, "--steps", "3")
     rows = metrics(out)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]       # step 0: greedy validation before the first update
@@ -217,7 +217,7 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert any(r["rollout/frac_zero_std"] < 1.0 for r in rows), "no group had a learning signal"
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
     for key in ("rollout/success_rate", "rollout/response_tokens", "rollout/num_turns", "train/seconds",
-                "rollout/rounds", "p_task/miniwob/click-button"):
+                "rollout/rounds", "p_task/miniwob/click-button", "train/step_groups", "train/step_groups_signal"):
         assert key in rows[0]
     rounds = [r["rollout/rounds"] for r in rows]
     assert set(rounds) <= {1.0, 2.0}

@@ -102,6 +102,9 @@ class Args:
     task_sampling: Literal["rotation", "pq"] = "rotation"
     """which task each group gets: rotation (tasks in turn, the paper's) or pq (drawn with weight
     max(p(1-p), 0.02), p = the task's running rollout success: groups go where their rewards can differ)"""
+    rl_pages: int = 0
+    """pages per task the groups are drawn from: 0 = a fresh page of env.RL_SEEDS for every group; N = the first
+    N of them only (1: every group of a task on one page, the check that the loop fits what it sees)"""
     action_weight: Literal["eq2", "flat"] = "eq2"
     """weight of an action in the loss: eq2 = 1/(n G |tau_i| |a_ij|), the paper's (every trajectory weighs the
     same, so a long trajectory's actions weigh less); flat = 1/(n G mean|tau| |a_ij|) (every action of a group
@@ -166,13 +169,15 @@ class Args:
     """continue from <out>/latest"""
 
 
-def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int) -> list[webenv.Task]:
+def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: int = 0) -> list[webenv.Task]:
     """Groups cursor .. cursor+n-1 of the run: group k takes task k mod len(tasks) with its own episode
     seed from env.RL_SEEDS, which the demonstrations (env.DEMO_SEEDS), the validation pages (env.VALID_SEEDS)
     and the test pages (env.EVAL_SEEDS) never use: RL does not replay pages BC memorised, and no run length or
-    ``seed`` reaches a page that selects or measures it (families without seeds ignore it)."""
-    rl = webenv.RL_SEEDS
-    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k) % len(rl)])
+    ``seed`` reaches a page that selects or measures it (families without seeds ignore it). ``pages`` > 0:
+    the seeds come from the first ``pages`` of env.RL_SEEDS only (with 1, every group of a task gets one page)."""
+    rl = webenv.RL_SEEDS[:pages] if pages else webenv.RL_SEEDS
+    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // len(tasks)) % len(rl)]
+                                if pages else rl[(seed * 7919 + k) % len(rl)])
             for k in range(cursor, cursor + n)]
 
 
@@ -185,14 +190,14 @@ class TaskSampler:
     way group k keeps its own TRAIN_SEEDS page, and the running estimates are part of the checkpoint."""
 
     def __init__(self, tasks: list[webenv.Task], mode: str = "rotation", seed: int = 0, rank: int = 0,
-                 ema: float = 0.3, floor: float = 0.02) -> None:
-        self.tasks, self.mode, self.seed, self.ema, self.floor = tasks, mode, seed, ema, floor
+                 ema: float = 0.3, floor: float = 0.02, pages: int = 0) -> None:
+        self.tasks, self.mode, self.seed, self.ema, self.floor, self.pages = tasks, mode, seed, ema, floor, pages
         self.p: dict[str, float] = {}                      # task_id -> running success
         self._rng = random.Random(seed * 1000 + rank)
 
     def draw(self, cursor: int, n: int) -> list[webenv.Task]:
         """Tasks of groups cursor .. cursor+n-1."""
-        groups = step_tasks(self.tasks, cursor, n, self.seed)
+        groups = step_tasks(self.tasks, cursor, n, self.seed, self.pages)
         if self.mode == "rotation":
             return groups
         weights = [self.weight(t.task_id) for t in self.tasks]
@@ -515,7 +520,7 @@ def main(args: Args) -> Path:
                                      own_session=True)   # Ctrl-C reaches the trainer only: the step finishes
 
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
-    sampler = TaskSampler(tasks, args.task_sampling, args.seed, rank)
+    sampler = TaskSampler(tasks, args.task_sampling, args.seed, rank, pages=args.rl_pages)
     if args.resume and (ckpt := trainlib.latest_checkpoint(out)):
         state = trainlib.load_checkpoint(engine, ckpt, rank)
         step, cursor = state["step"], state["cursor"]

@@ -381,6 +381,21 @@ def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():
     assert not {t.seed for t in step_tasks(tasks, 0, 40, 0)} & set(range(20))   # make demo's 20 demos per task
 
 
+def test_rl_pages_fix_the_pages_each_task_is_drawn_from():
+    """--rl-pages N: task k of group k mod len(tasks) takes one of the first N RL pages, in turn; 1 puts every
+    group of a task on one page; 0 (the default) is the run's fresh pages, unchanged."""
+    tasks = _tasks(3)
+    one = step_tasks(tasks, 0, 12, seed=4, pages=1)
+    assert [t.task_id for t in one] == [t.task_id for t in step_tasks(tasks, 0, 12, seed=4)]
+    assert {t.seed for t in one} == {webenv.RL_SEEDS[0]}
+    two = step_tasks(tasks, 5, 12, seed=4, pages=2)
+    assert {t.seed for t in two} == set(webenv.RL_SEEDS[:2])
+    assert all(len({t.seed for t in two if t.task_id == k.task_id}) == 2 for k in tasks)
+    assert step_tasks(tasks, 0, 12, seed=4, pages=0) == step_tasks(tasks, 0, 12, seed=4)
+    fixed = TaskSampler(tasks, "pq", seed=1, pages=1)
+    assert {t.seed for t in fixed.draw(0, 20)} == {webenv.RL_SEEDS[0]}
+
+
 # ---- levers beyond Eq. 2: broken turns, and what a step is normalised by ----
 
 def _traj(group: int, reward: float, parse_errors: list[bool]) -> Trajectory:

@@ -33,3 +33,20 @@ rl() {
   $PY train_mgrpo.py --model "$1" --tasks "$TASKS" --out "$2" --steps "$3" --tasks-per-step "$B" --group-size "$G" \
     --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$4" --prompt short --save-every 0 "${@:5}"
 }
+
+# valid_eval DIR NAME PATH: greedy success of PATH on the validation pages (seeds 500000.., $EVAL per task, at
+# most 6 interactions of $NEW tokens; never env.EVAL_SEEDS) into DIR/NAME, unless it is there. The budget and
+# credit experiments evaluate each checkpoint alone and join them into one paired table with valid_table.
+valid_eval() {
+  [ -s "$1/$2/results.json" ] || { stage "validation pages: $2 ($3)"
+    $PY eval.py --model "$2=$3" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
+      --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1/$2"; }
+}
+
+# valid_table REUSE OUT: one table (paired differences included) of the valid_eval directories REUSE
+# (comma-separated) into OUT
+valid_table() {
+  stage "one table: $1"
+  $PY eval.py --model "" --reuse "$1" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
+    --max-new-tokens "$NEW" --max-steps 6 --out "$2"
+}

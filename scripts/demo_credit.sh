@@ -19,7 +19,7 @@
 # A run or evaluation whose output exists is not run again.   bash scripts/demo_credit.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, stage, bc, rl
+source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, stage, bc, rl, valid_eval, valid_table
 OUT=${CREDIT_OUT:-runs/credit}
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; EVAL=30; STEPS=${CREDIT_STEPS:-$RL_DEMO_STEPS}; CKPTS=${CREDIT_CKPTS:-"16 32"}
 BC=$OUT/bc300/hf
@@ -34,16 +34,10 @@ NAMES=(plain gigpo gigpo-seed1)          # table order
 ORDER=(gigpo plain)
 [ $# -gt 0 ] && ORDER=("$@")
 
-evaluate() {   # NAME PATH: greedy on the validation pages, alone (the table joins the runs with --reuse)
-  [ -s "$OUT/evals/$1/results.json" ] || { stage "validation pages: $1 ($2)"
-    $PY eval.py --model "$1=$2" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
-      --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$OUT/evals/$1"; }
-}
-
 [ -s "$BC/config.json" ] || { stage "expert demonstrations and BC 300 (make demo's recipe)"
   $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"
   bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
-evaluate bc300 "$BC"
+valid_eval "$OUT/evals" bc300 "$BC"
 REUSE="$OUT/evals/bc300"
 for name in "${ORDER[@]}"; do
   [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${!RUNS[*]})" >&2; exit 2; }
@@ -52,7 +46,7 @@ for name in "${ORDER[@]}"; do
     rl "$BC" "$OUT/$name" "$STEPS" "$NEW" --micro-batch 16 --save-every 16 --eval-every 8 --eval-pages 3 \
       ${RUNS[$name]}; }
   for s in $CKPTS; do
-    evaluate "$name-$((s * B * G))" "$OUT/$name/step_$s/hf"
+    valid_eval "$OUT/evals" "$name-$((s * B * G))" "$OUT/$name/step_$s/hf"
   done
 done
 
@@ -62,7 +56,5 @@ for name in "${NAMES[@]}"; do
     [ -s "$OUT/evals/$name-$((s * B * G))/results.json" ] && REUSE="$REUSE,$OUT/evals/$name-$((s * B * G))"
   done
 done
-stage "one table: $REUSE"
-$PY eval.py --model "" --reuse "$REUSE" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
-  --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/table"
+valid_table "$REUSE" "$OUT/table"
 stage "done in $(( $(date +%s) - start ))s"

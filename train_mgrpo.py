@@ -125,6 +125,10 @@ class Args:
     """Eq. 2's 1/n: kept (n = the groups in the loss, so a step with one informative group moves the policy as
     far as one with all of them) or all (n = every group the step rolled out, as TRL and verl divide by the
     batch: the step shrinks with the fraction of groups that carry a signal)"""
+    score_temperature: float = 0.0
+    """the temperature the update scores actions at: 0 = the rollouts' --temperature (on-policy, the default);
+    another value scores samples drawn at one temperature under another, off-policy (an ablation: the site
+    suite's first runs scored T = 0.5 samples at T = 1, docs/site-suite.md)"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     micro_batch: int = 4
@@ -473,6 +477,8 @@ def main(args: Args) -> Path:
         raise SystemExit(str(e)) from None
     if args.backend == "vllm" and not Path(args.model).is_dir():
         raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
+    if args.score_temperature < 0:
+        raise SystemExit(f"--score-temperature must be >= 0 (0: the rollouts' --temperature), not {args.score_temperature}")
     if args.episode.temperature <= 0:   # the update scores actions at the rollouts' temperature (logits / T)
         raise SystemExit("--temperature must be > 0 for M-GRPO: greedy rollouts give a group identical "
                          "trajectories and no sampling distribution to score")
@@ -749,7 +755,8 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bo
     index = [order[i * args.micro_batch:(i + 1) * args.micro_batch] or [len(samples)] for i in range(n_micro)]
     chunks = [[samples[i] for i in idx if i < len(samples)] or [dummy] for idx in index]
     adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0])
-    dev, temp = engine.device, args.episode.temperature   # scored as sampled: pi(a | h) at the rollouts' T
+    dev = engine.device
+    temp = args.score_temperature or args.episode.temperature   # scored as sampled: pi(a | h) at the rollouts' T
 
     ref_logps, old_logps = [], []
     with torch.no_grad():

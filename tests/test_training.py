@@ -274,6 +274,11 @@ for T in (1.0, 0.4):
         want = {"kl": float(((d.exp() - d - 1) * mask).sum() / n), "entropy": float((ent * mask).sum() / n)}
     out[T] = {"kl": got["train/kl"], "entropy": got["train/entropy"], "clip_frac": got["train/clip_frac"],
               "want": want}
+# --score-temperature 1 with rollouts at T = 0.4: scored at T = 1 (the off-policy ablation)
+args = train_mgrpo.Args(micro_batch=2, updates_per_batch=2, episode=EpisodeConfig(temperature=0.4),
+                        score_temperature=1.0)
+got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)
+out["0.4@1"] = {"kl": got["train/kl"], "entropy": got["train/entropy"]}
 print("RESULT " + json.dumps(out))
 """
 
@@ -283,7 +288,8 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
     same distribution. With a real DeepSpeed engine at lr 0 (so the policy does not move), T = 1 and T = 0.4:
     the reported KL to a perturbed reference and the entropy equal the ones computed at that T, and they
     differ between the two temperatures (an update that scored at T = 1 whatever the rollouts used, as it
-    once did, trained off-policy)."""
+    once did, trained off-policy). ``--score-temperature 1`` brings that old scoring back as an explicit
+    ablation: T = 0.4 samples scored at T = 1."""
     script = tmp_path / "temperature.py"
     script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _TEMPERATURE_SCRIPT)
     out = run_script(str(script), timeout=600)
@@ -293,6 +299,9 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
         assert res[T]["entropy"] == pytest.approx(res[T]["want"]["entropy"], rel=1e-4), res
         assert res[T]["clip_frac"] == 0.0
     assert res["0.4"]["entropy"] < 0.8 * res["1.0"]["entropy"] and res["0.4"]["kl"] != pytest.approx(res["1.0"]["kl"])
+    # --score-temperature 1 scores T = 0.4 samples at T = 1 (the site suite's early, off-policy runs)
+    assert res["0.4@1"]["kl"] == pytest.approx(res["1.0"]["want"]["kl"], rel=1e-4), res
+    assert res["0.4@1"]["entropy"] == pytest.approx(res["1.0"]["want"]["entropy"], rel=1e-4), res
 
 
 @pytest.mark.usefixtures("vllm_required")

@@ -180,8 +180,8 @@ def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: 
     ``seed`` reaches a page that selects or measures it (families without seeds ignore it). ``pages`` > 0:
     the seeds come from the first ``pages`` of env.RL_SEEDS only (with 1, every group of a task gets one page)."""
     rl = webenv.RL_SEEDS[:pages] if pages else webenv.RL_SEEDS
-    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // len(tasks)) % len(rl)]
-                                if pages else rl[(seed * 7919 + k) % len(rl)])
+    turn = len(tasks) if pages else 1      # with ``pages``, a task's groups go through its pages in turn
+    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // turn) % len(rl)])
             for k in range(cursor, cursor + n)]
 
 

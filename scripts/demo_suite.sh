@@ -19,6 +19,9 @@
 #   SUITE_EVAL=30              held-out episodes per column (start type) in the evaluation
 #   SUITE_MODEL=tiny:...       the model BC starts from (an HF checkpoint dir works too)
 #   SUITE_OUT=runs/demo-suite  where everything goes
+#   SUITE_RL_FLAGS="..."       more train_mgrpo.py flags, which win over the ones below (e.g. "--seed 1", or
+#                              "--score-temperature 1": the update scores the T = 0.5 samples at T = 1, off-policy,
+#                              as the runs before issue 32's fix did; docs/site-suite.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # stage, bc (MODEL is set below)
@@ -55,9 +58,10 @@ stage "2/4 behavior cloning of $MODEL: $BC_STEPS steps (train_bc.py)"
 bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short
 
 stage "3/4 M-GRPO from the BC checkpoint on mixed starts: $RL_STEPS steps of $B groups x G=$G (train_mgrpo.py)"
+# shellcheck disable=SC2086  # SUITE_RL_FLAGS splits into words
 $PY train_mgrpo.py --model "$OUT/bc/hf" --tasks "$RL_TASKS" --out "$OUT/rl" --steps "$RL_STEPS" \
   --tasks-per-step "$B" --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns "$TURNS" --max-new-tokens "$NEW" \
-  --prompt short --save-every 0 --temperature "$TEMP"
+  --prompt short --save-every 0 --temperature "$TEMP" ${SUITE_RL_FLAGS:-}
 
 stage "4/4 evaluation on held-out seeds, by start type: $EVAL episodes each (eval.py)"
 $PY eval.py --model "bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$EVAL_TASKS" --episodes "$EVAL" --prompt short \

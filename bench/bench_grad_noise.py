@@ -101,8 +101,8 @@ def noise_stats(grads: torch.Tensor, halves: list[int], splits: int, rng: random
             a, b = grads[idx[:m]].mean(0), grads[idx[m:]].mean(0)
             cos.append(float(a @ b / (a.norm() * b.norm()).clamp(min=1e-30)))
             small, big = (float(a @ a) + float(b @ b)) / 2, float(((a + b) / 2) @ ((a + b) / 2))
-            g2s.append((2 * big - small) / (2 - 1))                    # (B_big |G_big|^2 - B_small |G_small|^2) / m
-            trs.append((small - big) / (1 / m - 1 / (2 * m)))
+            g2s.append(2 * big - small)                  # (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
+            trs.append((small - big) * 2 * m)            # (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
         g2, tr = sum(g2s) / splits, sum(trs) / splits
         out["halves"][m] = {"cos": sum(cos) / splits,
                             "cos_sd": (sum((c - sum(cos) / splits) ** 2 for c in cos) / max(splits - 1, 1)) ** 0.5,

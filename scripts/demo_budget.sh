@@ -20,7 +20,7 @@
 # A run or evaluation whose output exists is not run again.   bash scripts/demo_budget.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # PY, TASKS, BASE, stage, bc, rl, valid_eval, valid_table
+source scripts/demo_common.sh            # PY, TASKS, BASE, stage, bc, rl, valid_runs
 OUT=${BUDGET_OUT:-runs/budget}
 B=8; G=8; NEW=64; EVAL=30; STEPS=${BUDGET_STEPS:-32}; CKPTS=${BUDGET_CKPTS:-"8 16 32"}
 BC=$OUT/bc300/hf
@@ -42,27 +42,5 @@ NAMES=(lr2e-5 lr5e-5 lr1e-4 lr1e-4+no-credit lr1e-4+group-all lr1e-4+flat lr1e-4
 ORDER=(lr5e-5 lr2e-5 lr1e-4)
 [ $# -gt 0 ] && ORDER=("$@")
 
-[ -s "$BC/config.json" ] || { stage "expert demonstrations and BC 300 (make demo's recipe)"
-  $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"
-  bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
-valid_eval "$OUT/evals" bc300 "$BC"
-REUSE="$OUT/evals/bc300"
-for name in "${ORDER[@]}"; do
-  [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${!RUNS[*]})" >&2; exit 2; }
-  [ -d "$OUT/$name/hf" ] || { stage "M-GRPO from BC 300: $name (${RUNS[$name]}), $STEPS steps of $B x $G"
-    # shellcheck disable=SC2086  # the flags split into words
-    rl "$BC" "$OUT/$name" "$STEPS" "$NEW" --micro-batch 16 --save-every 8 --eval-every 8 --eval-pages 3 \
-      ${RUNS[$name]}; }
-  for s in $CKPTS; do
-    valid_eval "$OUT/evals" "$name-$((s * B * G))" "$OUT/$name/step_$s/hf"
-  done
-done
-
-# the table holds every run evaluated so far, this call's and earlier ones', in the order above
-for name in "${NAMES[@]}"; do
-  for s in $CKPTS; do
-    [ -s "$OUT/evals/$name-$((s * B * G))/results.json" ] && REUSE="$REUSE,$OUT/evals/$name-$((s * B * G))"
-  done
-done
-valid_table "$REUSE" "$OUT/table"
+valid_runs 8
 stage "done in $(( $(date +%s) - start ))s"

@@ -50,3 +50,31 @@ valid_table() {
   $PY eval.py --model "" --reuse "$1" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
     --max-new-tokens "$NEW" --max-steps 6 --out "$2"
 }
+
+# valid_runs SAVE_EVERY: the body of the validation experiments (demo_budget.sh, demo_credit.sh), from their
+# OUT, BC, RUNS (name -> train_mgrpo flags), ORDER (the runs to make), NAMES (table order), STEPS, CKPTS, B, G, NEW:
+# BC 300 by make demo's recipe unless BC exists, each run of ORDER from it unless done (checkpoints every
+# SAVE_EVERY steps), each of its CKPTS evaluated, then one table of every run evaluated so far, in NAMES order
+valid_runs() {
+  [ -s "$BC/config.json" ] || { stage "expert demonstrations and BC 300 (make demo's recipe)"
+    $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"
+    bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
+  valid_eval "$OUT/evals" bc300 "$BC"
+  local name s reuse="$OUT/evals/bc300"
+  for name in "${ORDER[@]}"; do
+    [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${!RUNS[*]})" >&2; exit 2; }
+    [ -d "$OUT/$name/hf" ] || { stage "M-GRPO from BC 300: $name (${RUNS[$name]}), $STEPS steps of $B x $G"
+      # shellcheck disable=SC2086  # the flags split into words
+      rl "$BC" "$OUT/$name" "$STEPS" "$NEW" --micro-batch 16 --save-every "$1" --eval-every 8 --eval-pages 3 \
+        ${RUNS[$name]}; }
+    for s in $CKPTS; do
+      valid_eval "$OUT/evals" "$name-$((s * B * G))" "$OUT/$name/step_$s/hf"
+    done
+  done
+  for name in "${NAMES[@]}"; do
+    for s in $CKPTS; do
+      [ -s "$OUT/evals/$name-$((s * B * G))/results.json" ] && reuse="$reuse,$OUT/evals/$name-$((s * B * G))"
+    done
+  done
+  valid_table "$reuse" "$OUT/table"
+}

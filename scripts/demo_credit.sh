@@ -19,7 +19,7 @@
 # A run or evaluation whose output exists is not run again.   bash scripts/demo_credit.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, stage, bc, rl, valid_eval, valid_table
+source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, stage, bc, rl, valid_runs
 OUT=${CREDIT_OUT:-runs/credit}
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; EVAL=30; STEPS=${CREDIT_STEPS:-$RL_DEMO_STEPS}; CKPTS=${CREDIT_CKPTS:-"16 32"}
 BC=$OUT/bc300/hf
@@ -34,27 +34,5 @@ NAMES=(plain gigpo gigpo-seed1)          # table order
 ORDER=(gigpo plain)
 [ $# -gt 0 ] && ORDER=("$@")
 
-[ -s "$BC/config.json" ] || { stage "expert demonstrations and BC 300 (make demo's recipe)"
-  $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"
-  bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
-valid_eval "$OUT/evals" bc300 "$BC"
-REUSE="$OUT/evals/bc300"
-for name in "${ORDER[@]}"; do
-  [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${!RUNS[*]})" >&2; exit 2; }
-  [ -d "$OUT/$name/hf" ] || { stage "M-GRPO from BC 300: $name (${RUNS[$name]}), $STEPS steps of $B x $G"
-    # shellcheck disable=SC2086  # the flags split into words
-    rl "$BC" "$OUT/$name" "$STEPS" "$NEW" --micro-batch 16 --save-every 16 --eval-every 8 --eval-pages 3 \
-      ${RUNS[$name]}; }
-  for s in $CKPTS; do
-    valid_eval "$OUT/evals" "$name-$((s * B * G))" "$OUT/$name/step_$s/hf"
-  done
-done
-
-# the table holds every run evaluated so far, this call's and earlier ones', in the order above
-for name in "${NAMES[@]}"; do
-  for s in $CKPTS; do
-    [ -s "$OUT/evals/$name-$((s * B * G))/results.json" ] && REUSE="$REUSE,$OUT/evals/$name-$((s * B * G))"
-  done
-done
-valid_table "$REUSE" "$OUT/table"
+valid_runs 16
 stage "done in $(( $(date +%s) - start ))s"

@@ -127,12 +127,17 @@ def test_eval_openai_backend_against_fake_server(openai_run):
     results, records = _load(out)
     _check_consistent(results, records)
     res = results["runs"]["clicker"]
-    # click-button is solved in one click on every held-out page; login-user is given up at once
+    # click-button is solved in one click on every held-out page; login-user is given up at once. A click
+    # the browser failed (a 2 s action timeout on a loaded machine: CI once saw 1.25 interactions) is shown
+    # to the agent as the next step's error and retried; any other second step is a bug.
     assert res["columns"]["click-button"]["success_rate"] == 1.0
     assert res["columns"]["login-user"]["success_rate"] == 0.0
-    assert res["overall"]["success_rate"] == 0.5 and res["overall"]["avg_interactions"] == 1.0
+    assert res["overall"]["success_rate"] == 0.5
+    assert all(s["error"] for r in records for s in r["steps"][1:])
+    assert res["columns"]["login-user"]["avg_interactions"] == 1.0
     assert all(r["done_reason"] == ("page_done" if r["success"] else "exit") for r in records)
-    assert len(bodies) == 4 and {b["model"] for b in bodies} == {"fake-clicker"}
+    assert len(bodies) == sum(len(r["steps"]) for r in records) >= 4
+    assert {b["model"] for b in bodies} == {"fake-clicker"}
     assert all(b["max_tokens"] == 64 and b["temperature"] == 0.0 for b in bodies)
     assert all(b["messages"][0]["role"] == "system" for b in bodies)
     # no model tokenizer behind an API: responses are counted with the fallback tokenizer

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import json
 import logging
 import os
@@ -57,7 +58,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from actions import Action, ActionParseError, format_action, parse_action
 from execute import execute
 from sandbox import Sandbox, proxy_host, proxy_settings, proxy_toward, sandbox_proxy
-from tasks import EpisodeCrash, Task, TaskFamily, family_of, first_line
+from tasks import SECRETS, EpisodeCrash, Task, TaskFamily, family_of, first_line, redact
 
 log = logging.getLogger("webagent.env")
 
@@ -135,25 +136,32 @@ LAUNCH_ARGS = (
 )
 
 
-def start_browser_server(port: int | None = None) -> tuple[Any, str]:
-    """A Playwright browser server on this machine (``python -m playwright run-server --unsafe``, as
-    docs/environment.md starts one on a browser machine), for tests and benchmarks of ``--browser-endpoint``:
-    (its process, its ws:// endpoint). ``--unsafe`` lets a pool send its launch flags and
-    $WEBAGENT_REMOTE_CHROMIUM. Stop it with ``stop_browser_server``."""
+def start_browser_server(port: int | None = None, *, host: str = "127.0.0.1", token: str | None = None,
+                         max_clients: int | None = None) -> tuple[Any, str]:
+    """A Playwright browser server on this machine, the way the pool needs one (``python -m playwright
+    run-server --unsafe``, its endpoint path a fresh random token unless ``token`` is given; token "" = the
+    bare ``/``): (its process, its ``ws://HOST:PORT/TOKEN`` endpoint). ``scripts/browser_server.py`` starts
+    one on a browser machine; the tests and benchmarks of ``--browser-endpoint`` start theirs here.
+    ``--unsafe`` lets a pool send its launch flags and $WEBAGENT_REMOTE_CHROMIUM, and any client that knows
+    the endpoint launch any program: the token is what keeps others out (docs/environment.md). ``max_clients``:
+    connections the server takes at once (one per BrowserPool). Stop it with ``stop_browser_server``."""
+    import secrets
     import subprocess
     import sys
     import tempfile
     if port is None:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
             port = s.getsockname()[1]
+    token = secrets.token_urlsafe(24) if token is None else token
+    cmd = [sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--host", host,
+           "--path", "/" + token, "--unsafe"] + (["--max-clients", str(max_clients)] if max_clients else [])
     log = tempfile.NamedTemporaryFile("w+", prefix="run-server-", suffix=".log", delete=False)   # never a full pipe
-    proc = subprocess.Popen([sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--unsafe"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         if "Listening on" in open(log.name).read():
-            return proc, f"ws://127.0.0.1:{port}/"
+            return proc, f"ws://{'[' + host + ']' if ':' in host else host}:{port}/{token}"
         time.sleep(0.1)
     stop_browser_server(proc)
     raise RuntimeError("playwright run-server did not start: " + open(log.name).read()[-2000:])
@@ -189,15 +197,41 @@ def find_chromium(bundled_path: str | None = None) -> str | None:
 
 def browser_endpoints(value: str | Sequence[str] | None = None) -> list[str]:
     """Playwright browser servers to connect to: ``value`` (comma- or space-separated ws:// URLs, or a list),
-    else $WEBAGENT_BROWSER_ENDPOINT; [] = launch Chromium here."""
+    else $WEBAGENT_BROWSER_ENDPOINT; [] = launch Chromium here. Each endpoint's path (the server's token) is
+    registered as a secret (``tasks.redact``); a bare or short path to another machine is warned about once."""
     if value is None:
         value = os.environ.get("WEBAGENT_BROWSER_ENDPOINT", "")
     items = re.split(r"[\s,]+", value.strip()) if isinstance(value, str) else list(value)
     out = [e for e in items if e]
     for e in out:
-        if not re.match(r"wss?://", e):
-            raise ValueError(f"browser endpoint {e!r}: expected a ws:// URL of `playwright run-server`")
+        m = re.match(r"wss?://(\[[^\]]*\]|[^/:]*)(:\d+)?(/.*)?$", e)
+        if not m:
+            raise ValueError(f"browser endpoint {redact(e)!r}: expected a ws:// URL of `playwright run-server`")
+        host, path = m.group(1).strip("[]"), (m.group(3) or "/").strip("/")
+        if len(path) >= 8:                   # a shorter one is no secret, and redacting it would garble logs
+            SECRETS.add(path)
+        if len(path) < 16 and not _is_loopback(host) and e not in _warned_bare:
+            _warned_bare.add(e)
+            log.warning("browser endpoint %s has no secret path: whoever reaches that port can launch any program "
+                        "on that machine (the server runs with --unsafe). Start the server with "
+                        "scripts/browser_server.py and use the endpoint it prints (docs/environment.md)", e)
     return out
+
+
+_warned_bare: set[str] = set()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def redact_endpoint(endpoint: str) -> str:
+    """How a browser server's endpoint appears in logs: ``ws://10.0.0.7:3000/<token>``."""
+    m = re.match(r"(wss?://[^/]*)/(.+)$", endpoint)
+    return f"{m.group(1)}/<token>" if m else endpoint
 
 
 class BrowserPool:
@@ -205,7 +239,7 @@ class BrowserPool:
     context (own cookies, storage, cache). The browser is relaunched when it died.
 
     ``endpoints`` (default: $WEBAGENT_BROWSER_ENDPOINT): browsers on other machines instead, Playwright
-    browser servers (``python -m playwright run-server --port 3000 --host 0.0.0.0``); the pool connects to
+    browser servers (``scripts/browser_server.py``: ``run-server`` behind a secret path); the pool connects to
     each (one browser per server) and opens new contexts on them in turn, and a lost
     connection is made again as a dead browser is relaunched. The sandbox holds there too: each context
     connects through this process's sandbox proxy, at the address those machines reach it at
@@ -315,13 +349,13 @@ class BrowserPool:
                     endpoint, timeout=self.launch_timeout_s * 1000,
                     headers={"x-playwright-launch-options": json.dumps(options)})
             except PlaywrightError as e:
-                errors.append(f"{endpoint}: {first_line(e)}")
+                errors.append(f"{redact_endpoint(endpoint)}: {first_line(e)}")
                 self._down[endpoint] = time.monotonic() + self.server_retry_s
                 continue
             self._down.pop(endpoint, None)
             self.launches += 1
-            log.info("connected to Chromium %s at %s, connection #%d", self.remote[endpoint].version, endpoint,
-                     self.launches)
+            log.info("connected to Chromium %s at %s, connection #%d", self.remote[endpoint].version,
+                     redact_endpoint(endpoint), self.launches)
         if not self.remote:
             await self._stop_playwright()
             raise PlaywrightError("no browser server answered: " + "; ".join(errors))

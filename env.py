@@ -39,8 +39,8 @@ import webarena as _webarena  # registers the WebArena family (config .json path
 from actions import (ACTION_NAMES, NEEDS_ARGUMENT, NEEDS_ELEMENT, OPTIONAL_ELEMENT, Action,  # noqa: F401
                      ActionParseError, format_action, parse_action)
 from browser import (EXTRACT_JS, KEPT_ATTRS, LAUNCH_ARGS, MAX_OBS_CHARS, BrowserPool, ContextWatch,  # noqa: F401
-                     Observation, StepResult, WebEnv, browser_endpoints, find_chromium, start_browser_server,
-                     stop_browser_server)
+                     Observation, StepResult, WebEnv, browser_endpoints, find_chromium, redact_endpoint,
+                     start_browser_server, stop_browser_server)
 from execute import execute  # noqa: F401
 from miniwob_tasks import (MINIWOB_BASE_URL, MINIWOB_EXCLUDE_IDS, MINIWOB_HOST, MINIWOB_UNSOLVABLE,  # noqa: F401
                            MiniWoBFamily, miniwob_task, miniwob_task_names)
@@ -49,7 +49,7 @@ from sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy, 
                      proxy_settings, sandbox_proxy, url_allowed)
 from sitesuite import SuiteFamily  # noqa: F401
 from tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, TRAIN_SEEDS, VALID_SEEDS, EpisodeCrash,  # noqa: F401
-                   EpisodeStatus, Task, TaskFamily, family_of, load_tasks, register_family)
+                   EpisodeStatus, Task, TaskFamily, family_of, load_tasks, redact, register_family)
 
 
 def __getattr__(name: str) -> Any:

@@ -715,7 +715,9 @@ def main(args: Args) -> dict[str, Any]:
         args.episodes = min(args.episodes, 2)
         args.max_steps = ",".join(str(min(k, 3)) for k in parse_budgets(args.max_steps))
         args.episode.max_new_tokens = min(args.episode.max_new_tokens, 32)
-    log.info("args %s", json.dumps(trainlib.args_dict(args)))
+    webenv.browser_endpoints(args.browser_endpoint or None)    # checked, and their tokens kept out of logs
+    args_json = webenv.redact(json.dumps(trainlib.args_dict(args)))
+    log.info("args %s", args_json)
     # derived
     models = parse_models(args.model, allow_empty=bool(args.reuse))
     prompts = [p.strip() for p in args.compare_prompts.split(",") if p.strip()] or [args.episode.prompt]
@@ -744,7 +746,7 @@ def main(args: Args) -> dict[str, Any]:
     runs = summarize(records, budgets)
     columns = order_columns(list(dict.fromkeys(r["column"] for r in records)))
     diffs = paired(records, list(runs))
-    results = {"args": trainlib.args_dict(args), "columns": columns, "budgets": budgets,
+    results = {"args": json.loads(args_json), "columns": columns, "budgets": budgets,
                "seconds": round(time.time() - t0, 1),
                "decoding": "greedy" if args.episode.temperature <= 0 else "sampling", "runs": runs,
                "paired": diffs}

@@ -1106,7 +1106,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainlib import parse_args
     args = parse_args(Args, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    log.info("args %s", vars(args))
+    webenv.browser_endpoints(args.browser_endpoint or None)    # checked, and their tokens kept out of logs
+    log.info("args %s", webenv.redact(str(vars(args))))
     # derived
     split = SPLITS[args.split]
     seeds = [split.start + args.seed_offset + i for i in range(args.episodes)]

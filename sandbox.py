@@ -151,12 +151,18 @@ class SandboxProxy:
 
     async def listen(self, check: Any) -> int:
         """Start a listener whose connections are checked by ``check(host, port)``; returns its port. It listens
-        on 127.0.0.1, or on every interface once browsers on other machines use it (``proxy_host()`` is then
-        the address they reach it at, which behind NAT this machine cannot bind itself)."""
-        bind = "127.0.0.1" if proxy_host() == "127.0.0.1" else "0.0.0.0"
+        on ``proxy_host()``: 127.0.0.1, or once browsers on other machines use it the address they reach it
+        at; on every interface only when that address is not this machine's own (NAT)."""
+        bind = proxy_host()
 
         async def start() -> Any:
-            return await asyncio.start_server(lambda r, w: self._client(r, w, check), bind, 0)
+            serve = lambda r, w: self._client(r, w, check)  # noqa: E731
+            try:
+                return await asyncio.start_server(serve, bind, 0)
+            except OSError:
+                if bind == "127.0.0.1":
+                    raise
+                return await asyncio.start_server(serve, "0.0.0.0", 0)
         fut = asyncio.run_coroutine_threadsafe(start(), self._loop)
         srv = await asyncio.wait_for(asyncio.wrap_future(fut), 30)
         port = srv.sockets[0].getsockname()[1]
@@ -267,7 +273,7 @@ def proxy_toward(endpoint: str) -> None:
         try:
             _proxy_host_toward["host"] = address_toward(endpoint)
         except OSError as e:             # no route to it now: the connection will say so
-            log.warning("no route to browser server %s (%s)", endpoint, e)
+            log.warning("no route to browser server %s (%s)", urlsplit(endpoint).netloc, e)   # not its token
 
 
 def proxy_settings(port: int) -> dict[str, str]:

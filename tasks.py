@@ -74,9 +74,22 @@ class EpisodeCrash(RuntimeError):
     A family raises it too (e.g. a WebArena site whose replicas all failed their reset)."""
 
 
+# Browser servers' endpoint tokens (``ws://host:port/TOKEN``, browser.browser_endpoints registers them): the
+# token is the only thing between a network neighbour and a program launched on the browser machine, and
+# Playwright's errors quote the whole URL. Nothing this process records or logs holds one.
+SECRETS: set[str] = set()
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered browser-server token replaced by ``<token>``."""
+    for secret in SECRETS:
+        text = text.replace(secret, "<token>")
+    return text
+
+
 def first_line(e: BaseException) -> str:
-    """The first line of an error (at most 300 characters), the reason an episode records."""
-    text = str(e).strip()
+    """The first line of an error (at most 300 characters, tokens redacted), the reason an episode records."""
+    text = redact(str(e)).strip()
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 

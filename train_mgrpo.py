@@ -484,9 +484,10 @@ def main(args: Args) -> Path:
                          "trajectories and no sampling distribution to score")
     args.tasks_per_step = tasks_per_step(args.tasks_per_step, args.group_size, world)
     out = Path(args.out)
+    webenv.browser_endpoints(args.browser_endpoint or None)    # checked, and their tokens kept out of logs
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        log.info("args %s", json.dumps(trainlib.args_dict(args)))
+        log.info("args %s", webenv.redact(json.dumps(trainlib.args_dict(args))))
         log.info("%d trajectories per step = B %d x G %d, %d groups per rank", args.tasks_per_step * args.group_size,
                  args.tasks_per_step, args.group_size, args.tasks_per_step // world)
     torch.manual_seed(args.seed * 1000 + rank)

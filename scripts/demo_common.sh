@@ -63,10 +63,12 @@ valid_runs() {
   local name s reuse="$OUT/evals/bc300"
   for name in "${ORDER[@]}"; do
     [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${!RUNS[*]})" >&2; exit 2; }
-    [ -d "$OUT/$name/hf" ] || { stage "M-GRPO from BC 300: $name (${RUNS[$name]}), $STEPS steps of $B x $G"
+    # a run that stopped, or ran fewer steps (the constant lr after warm-up makes its steps those of the
+    # longer run), resumes from its last checkpoint
+    [ -d "$OUT/$name/step_$STEPS/hf" ] || { stage "M-GRPO from BC 300: $name (${RUNS[$name]}), $STEPS steps of $B x $G"
       # shellcheck disable=SC2086  # the flags split into words
       rl "$BC" "$OUT/$name" "$STEPS" "$NEW" --micro-batch 16 --save-every "$1" --eval-every 8 --eval-pages 3 \
-        ${RUNS[$name]}; }
+        --resume ${RUNS[$name]}; }
     for s in $CKPTS; do
       valid_eval "$OUT/evals" "$name-$((s * B * G))" "$OUT/$name/step_$s/hf"
     done

@@ -16,7 +16,8 @@
 #  5. Candidates, in this order, each only if the ones before it did not reach the stepping stone: gigpo (at
 #     make demo's budget and lr), a larger budget if bench/bench_grad_noise.py says a step needs more
 #     trajectories than make demo's 64, a low-rank update (LoRA). Every run gets its row, failures too.
-# A run or evaluation whose output exists is not run again.   bash scripts/demo_credit.sh [NAME ...]
+# A run or evaluation whose output exists is not run again; a stopped run resumes from its last checkpoint
+# (CREDIT_STEPS=16 CREDIT_CKPTS=16 runs the first half).   bash scripts/demo_credit.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, stage, bc, rl, valid_runs

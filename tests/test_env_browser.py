@@ -414,7 +414,8 @@ def test_browser_servers_spread_contexts_run_episodes_and_heal_a_lost_connection
             crashed = await on_first.step('do(action="Click", element="0")')
             obs = await on_first.reset(task("login-user", 1))        # on the server that is left
             alone = list(p.remote) == [servers[1][1]]
-            servers[0] = start_browser_server(int(endpoint.rsplit(":", 1)[1].rstrip("/")))
+            port, token = endpoint.rsplit(":", 1)[1].split("/")
+            servers[0] = start_browser_server(int(port), token=token)
             fresh = await p.new_env()
             obs2 = await fresh.reset(task("click-button", 5))
             return spread, crashed, obs, alone, obs2, sorted(p.remote) == sorted(s[1] for s in servers), p.launches
@@ -448,5 +449,59 @@ def test_experts_write_demonstrations_through_a_browser_server(tmp_path):
     finally:
         stop_browser_server(server)
     log = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and f"at {endpoint}" in log, log[-3000:]
+    assert proc.returncode == 0 and f"at {env.redact_endpoint(endpoint)}" in log, log[-3000:]
+    token = endpoint.rsplit("/", 1)[1]
+    assert len(token) >= 32 and token not in log and token not in out.read_text()
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_browser_server_admits_only_its_secret_path(run, caplog, monkeypatch, tmp_path):
+    """scripts/browser_server.py, as docs/environment.md starts one: the server is behind a random path, printed
+    and written to --token-file (mode 600); a pool that connects to the bare ws://host:port/ or to another path
+    gets no browser (the server answers 400), the right path runs an episode, the token is in no error or log
+    line (Playwright's errors quote URLs), and SIGTERM stops the server."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    from playwright.async_api import Error as PlaywrightError
+    try:
+        monkeypatch.setenv("WEBAGENT_REMOTE_CHROMIUM", env.find_chromium(None))
+    except FileNotFoundError:
+        pass
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token_file = tmp_path / "endpoint"
+    server = subprocess.Popen([sys.executable, "scripts/browser_server.py", "--port", str(port), "--clients", "2",
+                               "--token-file", str(token_file)], cwd=Path(__file__).parents[1],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = server.stdout.readline()
+        assert first.startswith("endpoint: ws://127.0.0.1:"), first + server.stdout.read()
+        endpoint = first.split()[1]
+        assert token_file.read_text().strip() == endpoint and token_file.stat().st_mode & 0o777 == 0o600
+        base, token = endpoint.rsplit("/", 1)
+        wrong = base + "/" + token[::-1]
+
+        async def go(endpoint: str):
+            async with env.BrowserPool(endpoints=[endpoint]) as p:
+                e = await p.new_env()
+                return await e.reset(task("click-button", 4))
+        refused = []
+        for bad in (base + "/", wrong):
+            with pytest.raises(PlaywrightError) as err:
+                run(go(bad), timeout=120)
+            refused.append(str(err.value))
+        with caplog.at_level("INFO", logger="webagent.env"):
+            obs = run(go(endpoint), timeout=120)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=30)
+    assert code == 0
+    assert all("no browser server answered" in r and "400" in r for r in refused), refused
+    assert token[::-1] not in refused[1] and "/<token>" in refused[1]
+    assert "<button" in obs.text and len(token) >= 32
+    assert f"at {base}/<token>" in caplog.text and token not in caplog.text + "".join(refused)
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0                      # the server is gone

@@ -124,21 +124,34 @@ class Site(http.server.BaseHTTPRequestHandler):
             self._send(200, f"<html><body>page {url.path}</body></html>".encode())
 
 
-def test_proxy_address_for_browsers_on_other_machines(monkeypatch):
+def test_proxy_address_for_browsers_on_other_machines(monkeypatch, caplog, run):
     """The sandbox proxy listens where the pool's browser servers reach it: this machine's address on the route
-    to the first server (127.0.0.1 for one on this machine), unless WEBAGENT_PROXY_HOST says otherwise; the
-    browsers' launch flags keep that address resolvable."""
+    to the first server (127.0.0.1 for one on this machine), unless WEBAGENT_PROXY_HOST says otherwise, and on
+    that address only (every interface only behind NAT, where it is not this machine's); the browsers' launch
+    flags keep that address resolvable. A server on another machine without a secret path is warned about."""
+    def bound() -> str:
+        proxy = sandbox.sandbox_proxy()
+        port = run(proxy.listen(lambda host, port: False))
+        try:
+            return proxy._servers[port].sockets[0].getsockname()[0]
+        finally:
+            proxy.close(port)
+
     monkeypatch.delenv("WEBAGENT_PROXY_HOST", raising=False)
     monkeypatch.setattr(sandbox, "_proxy_host_toward", {})
     assert env.proxy_host() == "127.0.0.1" and env.address_toward("ws://127.0.0.1:3000/") == "127.0.0.1"
+    assert bound() == "127.0.0.1"
     try:
         outward = env.address_toward("ws://192.0.2.7:3000/")      # TEST-NET-1: routed, never contacted
     except OSError:
         outward = "127.0.0.1"                                      # a machine with no route: the pool warns
-    env.BrowserPool(endpoints="ws://192.0.2.7:3000/")
+    with caplog.at_level("WARNING", logger="webagent.env"):
+        env.BrowserPool(endpoints="ws://192.0.2.7:3000/")
+    assert "has no secret path" in caplog.text and "scripts/browser_server.py" in caplog.text
     assert env.proxy_host() == outward and env.proxy_settings(5)["server"] == f"socks5://{outward}:5"
+    assert bound() == outward
     monkeypatch.setenv("WEBAGENT_PROXY_HOST", "10.1.2.3")
-    assert env.proxy_host() == "10.1.2.3"
+    assert env.proxy_host() == "10.1.2.3" and bound() == "0.0.0.0"
     rules = [a for a in env.BrowserPool().launch_args() if a.startswith("--host-resolver-rules")]
     assert rules == ["--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE 10.1.2.3"]
     with pytest.raises(ValueError, match="expected a ws:// URL"):

@@ -392,12 +392,14 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
         except FileNotFoundError:
             pass
         browsers, endpoint = start_browser_server()
+        token = endpoint.rsplit("/", 1)[1]
 
         def script(*argv: str) -> None:
             proc = subprocess.run([sys.executable, *argv], cwd=root, env=environ, capture_output=True, text=True,
                                   timeout=600)
             out = proc.stdout + proc.stderr
-            assert proc.returncode == 0 and f"at {endpoint}" in out, out[-4000:]    # its browser: the server's
+            assert proc.returncode == 0 and f"at {env.redact_endpoint(endpoint)}" in out, out[-4000:]  # the server's
+            assert token not in out
         script("eval.py", "--model", "tiny", "--tasks", str(configs), "--episodes", "2", "--max-steps", "2",
                "--max-new-tokens", "8", "--prompt", "short", "--concurrency", "4", "--no-screenshots",
                "--browser-endpoint", endpoint, "--out", str(tmp_path / "eval"))
@@ -411,6 +413,9 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
         row = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()][-1]
         assert row["rollout/lease_wait_s"] >= 0.0 and row["rollout/replica_resets"] >= 2, row
         assert all(log.read_text().count("reset to the world of seed") >= 2 for log in logs)
+        # the browser server's token is in no log, result, trajectory, metric or checkpoint file
+        written = [f for d in ("eval", "rl") for f in (tmp_path / d).rglob("*") if f.is_file()]
+        assert written and not [f for f in written if token.encode() in f.read_bytes()]
     finally:
         if "browsers" in locals():
             stop_browser_server(browsers)

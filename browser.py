@@ -214,7 +214,7 @@ def browser_endpoints(value: str | Sequence[str] | None = None) -> list[str]:
             _warned_bare.add(e)
             log.warning("browser endpoint %s has no secret path: whoever reaches that port can launch any program "
                         "on that machine (the server runs with --unsafe). Start the server with "
-                        "scripts/browser_server.py and use the endpoint it prints (docs/environment.md)", e)
+                        "scripts/browser_server.py and use the endpoint it prints (docs/environment.md)", redact(e))
     return out
 
 

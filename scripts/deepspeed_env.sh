@@ -7,7 +7,9 @@
 # to the remote shell, in double quotes when it holds more than [\w@%+=:,./-], so a value with $ " ` \ or a
 # newline cannot travel intact: refused here, by name. Run it in the directory you launch from:
 #   bash scripts/deepspeed_env.sh [NAME ...]        # -> ./.deepspeed_env (DS_ENV_FILE renames it, as DeepSpeed)
+# The file is readable by you alone: WEBAGENT_BROWSER_ENDPOINT's path is a browser server's secret token.
 set -euo pipefail
+umask 077
 out=${DS_ENV_FILE:-.deepspeed_env}
 # (not WEBAGENT_PROXY_HOST: a node's own address, docs/environment.md)
 names=$(compgen -e | grep -E '^(WA_|WEBAGENT_|HF_|TRANSFORMERS_|VLLM_|TORCH_EXTENSIONS_DIR$)' | grep -vx WEBAGENT_PROXY_HOST || true)

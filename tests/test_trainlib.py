@@ -159,17 +159,18 @@ def test_tasks_per_step_fits_any_world_size():
 def test_deepspeed_env_carries_the_site_urls_to_other_nodes(tmp_path):
     """Multi-node: DeepSpeed's pdsh runner forwards only a few prefixes of the launching shell's variables, plus
     the lines of .deepspeed_env, each sent as `export KEY=VALUE;` to the remote shell. scripts/deepspeed_env.sh
-    writes that file: the WA_* site URLs, WEBAGENT_*, and names asked for. Read and quoted by DeepSpeed's own
-    runner code and run by bash as pdsh runs it, every value comes back unchanged; a value DeepSpeed's quoting
-    cannot carry ($, quotes, backslashes) is refused by name."""
+    writes that file, readable by its owner alone: the WA_* site URLs, WEBAGENT_*, and names asked for. Read and
+    quoted by DeepSpeed's own runner code and run by bash as pdsh runs it, every value comes back unchanged; a
+    value DeepSpeed's quoting cannot carry ($, quotes, backslashes) is refused by name."""
     import subprocess
     from deepspeed.launcher.multinode_runner import PDSHRunner
     values = {"WA_SHOPPING": "http://10.0.0.5:7770", "WA_MAP": "http://h:3000/a b?x=1&y=2;'q'",
-              "WEBAGENT_DEVICE": "cuda", "EXTRA": "kept"}
+              "WEBAGENT_DEVICE": "cuda", "WEBAGENT_BROWSER_ENDPOINT": "ws://10.0.0.7:3000/Yq3-_tok", "EXTRA": "kept"}
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("WA_", "WEBAGENT_"))}
     proc = subprocess.run(["bash", str(ROOT / "scripts/deepspeed_env.sh"), "EXTRA"], cwd=tmp_path,
                           env={**environ, **values}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / ".deepspeed_env").stat().st_mode & 0o777 == 0o600       # a browser server's token inside
     runner = PDSHRunner.__new__(PDSHRunner)              # its add_export quotes; get_cmd joins as below
     runner.exports = {}
     for line in (tmp_path / ".deepspeed_env").read_text().splitlines(keepends=True):   # runner.py's reading

@@ -98,8 +98,9 @@ class Args:
     """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
     (WebArena's original ones); see README.md, section Rubrics"""
     browser_endpoint: str = ""
-    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/, several
-    comma-separated; default $WEBAGENT_BROWSER_ENDPOINT); docs/environment.md, section Browsers on other machines"""
+    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
+    scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);
+    docs/environment.md, section Browsers on other machines"""
     episodes: int = 10
     """episodes per task; episode e uses the held-out seed env.EVAL_SEEDS[e] (MiniWoB: page e)"""
     seed_start: int = -1

@@ -1018,8 +1018,9 @@ class Args:
     chromium: str = ""
     """Chromium executable (empty = env.py's default)"""
     browser_endpoint: str = ""
-    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/, several
-    comma-separated; default $WEBAGENT_BROWSER_ENDPOINT); docs/environment.md, section Browsers on other machines"""
+    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
+    scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);
+    docs/environment.md, section Browsers on other machines"""
     failures: str = ""
     """optional JSONL of failed episodes (record + reason) for debugging"""
     progress: bool = True

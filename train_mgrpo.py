@@ -75,8 +75,9 @@ class Args:
     """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
     (WebArena's original ones); see README.md, section Rubrics"""
     browser_endpoint: str = ""
-    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/, several
-    comma-separated; default $WEBAGENT_BROWSER_ENDPOINT); docs/environment.md, section Browsers on other machines"""
+    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
+    scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);
+    docs/environment.md, section Browsers on other machines"""
     out: str = "ckpt/rl"
     """run directory: step_N/ checkpoints, latest, hf/, metrics.jsonl, tb/, trajectories.jsonl, dynamics.png"""
     steps: int = 100

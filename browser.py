@@ -195,6 +195,9 @@ def find_chromium(bundled_path: str | None = None) -> str | None:
                             "install Debian's `chromium`, or set WEBAGENT_CHROMIUM")
 
 
+_warned_bare: set[str] = set()          # endpoints without a secret path, warned about once each
+
+
 def browser_endpoints(value: str | Sequence[str] | None = None) -> list[str]:
     """Playwright browser servers to connect to: ``value`` (comma- or space-separated ws:// URLs, or a list),
     else $WEBAGENT_BROWSER_ENDPOINT; [] = launch Chromium here. Each endpoint's path (the server's token) is
@@ -216,9 +219,6 @@ def browser_endpoints(value: str | Sequence[str] | None = None) -> list[str]:
                         "on that machine (the server runs with --unsafe). Start the server with "
                         "scripts/browser_server.py and use the endpoint it prints (docs/environment.md)", redact(e))
     return out
-
-
-_warned_bare: set[str] = set()
 
 
 def _is_loopback(host: str) -> bool:

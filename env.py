@@ -49,7 +49,7 @@ from sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy, 
                      proxy_settings, sandbox_proxy, url_allowed)
 from sitesuite import SuiteFamily  # noqa: F401
 from tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, TRAIN_SEEDS, VALID_SEEDS, EpisodeCrash,  # noqa: F401
-                   EpisodeStatus, Task, TaskFamily, family_of, load_tasks, redact, register_family)
+                   EpisodeStatus, Task, TaskFamily, family_of, first_line, load_tasks, redact, register_family)
 
 
 def __getattr__(name: str) -> Any:

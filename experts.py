@@ -990,7 +990,7 @@ async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "shor
     except ExpertError as e:
         reason = f"expert: {e}"
     except PlaywrightError as e:            # a read of the page failed (e.g. a wait for a menu timed out)
-        reason = f"page: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+        reason = f"page: {webenv.first_line(e)}"
     record = {"task": task.task_id, "seed": task.seed, "intent": obs.intent, "reward": demo.reward,
               "steps": demo.steps}
     return record, reason

@@ -6,8 +6,8 @@
 # the demo's 45 minutes do not hold a second RL run of 2048 trajectories.)
 #
 #   DEMO_SIZE=smoke|default|long   (default: default, 54 minutes on a 2-core CPU box, measured from a fresh
-#                                  clone; smoke: a few minutes; long: twice the RL budget and 100 held-out
-#                                  episodes per task)
+#                                  clone; smoke: a few minutes, on 2 of the tasks; long: twice the RL budget
+#                                  and 100 held-out episodes per task)
 #   DEMO_TASKS=saturated           the first demo's 8 tasks, where BC saturates, with that demo's settings
 #                                  (BC 150 steps, M-GRPO 48 steps of B 4 x G 4 at lr 1e-4): docs/results.md
 #   DEMO_OUT=runs/demo             where everything goes
@@ -34,7 +34,8 @@ OUT=${DEMO_OUT:-runs/demo}
 SIZE=${DEMO_SIZE:-default}
 INIT=${DEMO_MODEL:-$BASE}
 case "$SIZE" in
-  smoke)   EPISODES=3;  BC_STEPS=4;   RL_STEPS=2;   B=2; G=2; EVAL=2;   NEW=48 ;;
+  smoke)   EPISODES=3;  BC_STEPS=4;   RL_STEPS=2;   B=2; G=2; EVAL=2;   NEW=48
+           [ -z "${DEMO_TASKS:-}" ] && TASKS=$(echo "$TASKS" | cut -d, -f1,2) ;;   # 2 of the tasks: every stage runs
   default) EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$RL_DEFAULT;       EVAL=50;  NEW=64 ;;
   long)    EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$((2 * RL_DEFAULT)); EVAL=100; NEW=64 ;;
   *) echo "DEMO_SIZE must be smoke, default or long" >&2; exit 2 ;;

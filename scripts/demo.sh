@@ -35,7 +35,7 @@ SIZE=${DEMO_SIZE:-default}
 INIT=${DEMO_MODEL:-$BASE}
 case "$SIZE" in
   smoke)   EPISODES=3;  BC_STEPS=4;   RL_STEPS=2;   B=2; G=2; EVAL=2;   NEW=48
-           [ -z "${DEMO_TASKS:-}" ] && TASKS=$(echo "$TASKS" | cut -d, -f1,2) ;;   # 2 of the tasks: every stage runs
+           if [ -z "${DEMO_TASKS:-}" ]; then TASKS=$(echo "$TASKS" | cut -d, -f1,2); fi ;;   # 2 tasks: every stage
   default) EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$RL_DEFAULT;       EVAL=50;  NEW=64 ;;
   long)    EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$((2 * RL_DEFAULT)); EVAL=100; NEW=64 ;;
   *) echo "DEMO_SIZE must be smoke, default or long" >&2; exit 2 ;;

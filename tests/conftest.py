@@ -8,6 +8,7 @@ one BrowserPool (one Chromium) on that loop is shared by the browser tests (`poo
 import asyncio
 import importlib.util
 import os
+import signal
 
 import pytest
 
@@ -17,6 +18,12 @@ import pytest
 GPU_TESTS = os.environ.get("WEBAGENT_GPU_TESTS") == "1"
 if not GPU_TESTS:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+# The processes the tests start get SIGINT as a terminal leaves it, whoever started the suite: run in the
+# background (`nohup ... &`, a CI runner) it inherits SIGINT ignored and would hand that on, and a Ctrl-C test's
+# parent would then sleep through its Ctrl-C (tests/test_vllm.py, tests/test_training.py).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -367,8 +367,7 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
            "--ds-config", "configs/zero3.json"]
     with open(log, "w") as sink:     # a file, not a pipe: vLLM's start-up log would fill a pipe nobody reads
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"),   # SIGINT as a terminal leaves it
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
         deadline = time.time() + 400
         while not ((out / "metrics.jsonl").exists() and [r for r in metrics(out) if r.get("step", 0) >= 1]):

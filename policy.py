@@ -503,8 +503,190 @@ def model_logprobs(model, prompt_ids: Sequence[int], target_ids: Sequence[int]) 
     return torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0].tolist()
 
 
+# ---- HF backend ----
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    future: asyncio.Future = field(repr=False)
+
+
+@dataclass
+class _Row:
+    """A request being decoded: the KV columns it fills in the slab (prompt, then what it generated)."""
+    req: _Request
+    pos: int                                  # tokens in its KV cache = the position of its next token
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class _Slab:
+    """The KV cache of the rows being decoded: per layer keys / values ``[rows, kv_heads, columns, head_dim]``,
+    allocated once per busy spell and grown when needed, so a decode step writes one column per row in place
+    (HF's ``DynamicCache`` concatenates, copying the whole cache at every token). Row i holds its tokens in
+    columns ``0 .. pos_i - 1``; columns past that are garbage the attention mask hides. The model calls
+    ``update`` once per layer per forward (duck-typing HF's ``Cache``: only ``update`` and ``get_seq_length``
+    are used, as the step passes position ids and a ready 4-D mask)."""
+
+    def __init__(self, layers: int, rows: int, cols: int, like: torch.Tensor):
+        kv_heads, head_dim = like.shape[1], like.shape[3]
+        self.k = [like.new_zeros(rows, kv_heads, cols, head_dim) for _ in range(layers)]
+        self.v = [like.new_zeros(rows, kv_heads, cols, head_dim) for _ in range(layers)]
+        self.n = 0                                # rows in use
+        self.write: tuple[torch.Tensor, torch.Tensor] | None = None   # (rows, columns) the next update writes
+        self.cols = 0                             # columns the next update returns
+
+    def capacity(self) -> tuple[int, int]:
+        return self.k[0].shape[0], self.k[0].shape[2]
+
+    def grow(self, rows: int, cols: int) -> None:
+        """Room for at least ``rows`` rows of ``cols`` columns (doubling, so growth is amortized)."""
+        R, C = self.capacity()
+        if rows <= R and cols <= C:
+            return
+        R, C = max(R, rows if rows <= R else max(rows, 2 * R)), max(C, cols if cols <= C else max(cols, C + C // 2))
+        for kv in (self.k, self.v):
+            for i, t in enumerate(kv):
+                new = t.new_zeros(R, t.shape[1], C, t.shape[3])
+                new[:self.n, :, :t.shape[2]] = t[:self.n]
+                kv[i] = new
+
+    def put(self, row: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Fill ``row``'s first columns with a prefilled prompt's KV (per layer ``[1, kv_heads, P, head_dim]``)."""
+        for layer, (k, v) in enumerate(kv):
+            self.k[layer][row, :, :k.shape[2]] = k[0]
+            self.v[layer][row, :, :v.shape[2]] = v[0]
+
+    def move(self, src: int, dst: int, cols: int) -> None:
+        for kv in (self.k, self.v):
+            for t in kv:
+                t[dst, :, :cols] = t[src, :, :cols]
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        rows, cols = self.write                   # [n], [n]: one new column per row
+        k, v = self.k[layer_idx], self.v[layer_idx]
+        k[rows, :, cols] = key_states[:, :, 0]
+        v[rows, :, cols] = value_states[:, :, 0]
+        return k[:self.n, :, :self.cols], v[:self.n, :, :self.cols]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.cols - 1
+
+
+class _PrefixCache:
+    """The KV of recently prefilled prompts, found again by the longest prefix a new prompt shares with one
+    of them (whole blocks of ``block`` tokens), as vLLM's automatic prefix caching does: the G trajectories of
+    an RL group share their first prompt, then every prompt of a task shares the system prompt and the goal.
+    Least recently used prompts leave past ``max_tokens``. Valid for one set of weights: the backend drops it
+    whenever it has nothing in flight (weights are only updated then)."""
+
+    def __init__(self, max_tokens: int, block: int = 16):
+        self.max_tokens, self.block = max_tokens, block
+        self.entries: dict[int, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}  # LRU order
+        self.index: dict[int, int] = {}           # hash of a block-aligned prefix -> entry
+        self.tokens = 0
+        self._next = 0
+
+    def _hashes(self, prompt: list[int]) -> list[int]:
+        return [hash(tuple(prompt[:n])) for n in range(self.block, len(prompt) + 1, self.block)]
+
+    def longest(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """(n, per-layer KV of ``prompt[:n]``) for the longest cached block-aligned prefix, n < len(prompt)."""
+        for n, h in reversed(list(zip(range(self.block, len(prompt), self.block), self._hashes(prompt[:-1])))):
+            key = self.index.get(h)
+            if key is not None and key in self.entries and self.entries[key][0][:n] == prompt[:n]:
+                tokens, kv = self.entries.pop(key)
+                self.entries[key] = (tokens, kv)  # most recently used
+                return n, [(k[:, :, :n], v[:, :, :n]) for k, v in kv]
+        return 0, None
+
+    def add(self, prompt: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if len(prompt) < self.block or len(prompt) > self.max_tokens:
+            return
+        key, self._next = self._next, self._next + 1
+        self.entries[key] = (prompt, kv)
+        self.tokens += len(prompt)
+        for h in self._hashes(prompt):
+            self.index[h] = key
+        while self.tokens > self.max_tokens:
+            old = next(iter(self.entries))
+            tokens, _ = self.entries.pop(old)
+            self.tokens -= len(tokens)
+            for h in self._hashes(tokens):
+                if self.index.get(h) == old:
+                    del self.index[h]
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.index.clear()
+        self.tokens = 0
+
+
+def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """HF's SDPA attention without copying the KV heads for grouped-query attention: ``enable_gqa`` lets the
+    kernel share each KV head among its query heads (HF repeats them when a mask is given, copying the whole
+    cache at every decode step). Same arithmetic; ``[batch, heads, q, d]`` in, ``[batch, q, heads, d]`` out."""
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
+        is_causal=query.shape[2] > 1 and attention_mask is None and is_causal,   # as HF's sdpa decides
+        enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+@functools.cache
+def _register_sdpa_gqa() -> str:
+    """Register ``_sdpa_gqa`` with HF (its masks are SDPA's) and return its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    AttentionInterface.register("webagent_sdpa_gqa", _sdpa_gqa)
+    AttentionMaskInterface.register("webagent_sdpa_gqa", sdpa_mask)
+    return "webagent_sdpa_gqa"
+
+
+@contextlib.contextmanager
+def _attention(model, name: str | None):
+    """Run ``model`` with attention implementation ``name`` (None: as it is), restoring it afterwards."""
+    cfg = model.config
+    old = cfg._attn_implementation
+    if name is None or name == old:
+        yield
+        return
+    cfg._attn_implementation = name
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = old
+
+
+def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next tokens and their raw log-probs for rows of ``logits`` ``[n, V]``: greedy where temperature is 0,
+    else sampled from softmax(logits / temperature) cut to its top-p nucleus, as HF's ``TemperatureLogitsWarper``
+    and ``TopPLogitsWarper`` do (the smallest set of most likely tokens whose mass exceeds top_p, at least
+    one). The log-probs are those of the raw logits (temperature 1, no cut: see the module docstring)."""
+    logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1)                                          # [n, V]
+    tokens = logits.argmax(-1)                                                        # [n]
+    sampled = temperature > 0
+    if sampled.any():
+        scores = logits[sampled] / temperature[sampled, None]                         # [s, V]
+        p = top_p[sampled]
+        if (p < 1).any():
+            sorted_scores, order = scores.sort(dim=-1)                                # ascending
+            mass = sorted_scores.softmax(-1).cumsum(-1)
+            drop = mass <= (1 - p)[:, None]
+            drop[:, -1] = False                                                       # keep the most likely
+            scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+        tokens[sampled] = torch.multinomial(scores.softmax(-1), 1)[:, 0]
+    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+
 class _LogprobRecorder:
-    """A logits processor that records log softmax(raw logits)[sampled token] with O(B * V) memory.
+    """A logits processor that records log softmax(raw logits)[sampled token] with O(B * V) memory
+    (``decode="generate"``).
 
     At step t it sees the raw logits of step t and, as the last column of ``input_ids``, the token sampled
     at step t-1, so it scores step t-1 with the log-softmax it kept; ``finish`` scores the last step.
@@ -526,23 +708,32 @@ class _LogprobRecorder:
         return torch.stack(self.steps, dim=1) if self.steps else last_tokens[:, :0].float()  # [B, T]
 
 
-# ---- HF backend ----
-
-@dataclass
-class _Request:
-    prompt: list[int]
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    future: asyncio.Future = field(repr=False)
+def continuous_batching_supported(model) -> bool:
+    """Whether ``HFBackend``'s own decode loop can run ``model``: a decoder-only model whose every layer keeps a
+    plain full-attention KV cache, with SDPA or eager attention (FlashAttention-2 takes no 4-D mask). Other
+    models (sliding windows, linear attention, ...) decode with ``model.generate``."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+    cfg = model.config
+    if cfg.is_encoder_decoder or cfg._attn_implementation not in ("sdpa", "eager"):
+        return False
+    try:
+        layers = DynamicCache(config=cfg).layers
+    except Exception:  # noqa: BLE001  (a config HF cannot make a cache for: not ours to decode)
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 class HFBackend:
-    """Dynamic batching over ``model.generate``: requests that arrive while a batch runs (or within
-    ``batch_window_s`` of the first) are generated together, left-padded, up to ``max_batch_size`` per call.
-    Requests in one batch share temperature / top-p (others wait for the next batch). A prompt that repeats
-    in a batch (the G first turns of an RL group) is prefilled once and its KV cache copied (``_shared_prefill``;
-    ``share_prefill=False``: every row prefilled, as before, for benchmarks and tests to compare).
+    """Continuous batching on the model's own forward, in one worker thread: a request joins the rows being
+    decoded at the next token, and a row leaves the batch the token it ends, so nothing waits for a batch's
+    longest response and no prompt is padded. A new prompt is prefilled alone, reusing the KV of the longest
+    prefix it shares with a recent prompt (``_PrefixCache``: the G trajectories of an RL group start from one
+    page, every turn of a task repeats the system prompt and the goal); its KV then goes into a preallocated
+    slab (``_Slab``) where each decode step writes one column per row. Rows may mix temperatures and top-p.
+    ``decode="generate"``: dynamic batches of HF's ``model.generate`` instead (left padding, a batch decodes
+    until its longest row ends; requests that arrive meanwhile wait for the next batch), the path of models the
+    loop does not support (``continuous_batching_supported``) and of benchmarks comparing the two.
 
     Example::
 
@@ -550,26 +741,35 @@ class HFBackend:
         backend = HFBackend(model, tok, max_new_tokens=32, temperature=0.0)   # 0 = greedy
         gens = await asyncio.gather(*(backend.generate(p) for p in prompts))
 
-    ``stats``: ``requests``, ``batches``, ``max_batch`` (largest batch so far), ``gen_tokens``,
-    ``model_s`` / ``model_cpu_s`` (wall / CPU seconds inside ``model.generate``; the CPU time is the model
-    thread's own, i.e. all of it when ``num_threads=1``), ``shared_prefill_rows`` (rows whose prompt was
-    prefilled for an equal row of their batch).
+    ``stats``: ``requests``, ``batches`` (times requests were taken in), ``max_batch`` (most rows decoded at
+    once), ``gen_tokens``, ``model_s`` / ``model_cpu_s`` (wall / CPU seconds of the model thread's work; the CPU
+    time is all of it when ``num_threads=1``), ``shared_prefill_rows`` (rows whose prompt another row had
+    just prefilled), ``prefill_tokens`` / ``prefix_hit_tokens`` (prompt tokens computed / taken from the prefix
+    cache). ``share_prefill=False``: every row prefilled in full (no prefix cache), for tests and benchmarks.
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
 
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 1024, temperature: float = 1.0,
-                 top_p: float = 1.0, max_batch_size: int = 16, batch_window_s: float = 0.002,
-                 stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True):
+                 top_p: float = 1.0, max_batch_size: int = 64, batch_window_s: float = 0.002,
+                 stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True,
+                 decode: str = "auto", prefix_cache_tokens: int = 65536):
+        if decode not in ("auto", "loop", "generate"):
+            raise ValueError(f"decode={decode!r}: auto, loop or generate")
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s
         self.share_prefill = share_prefill
+        self.loop = continuous_batching_supported(model) if decode == "auto" else decode == "loop"
         self.stop_ids = sorted(set(stop_ids)) if stop_ids is not None else end_of_turn_ids(tokenizer, model)
         self.pad_id = _pad_id(tokenizer, self.stop_ids)
         self.stats = {"requests": 0, "batches": 0, "max_batch": 0, "gen_tokens": 0, "model_s": 0.0,
-                      "model_cpu_s": 0.0, "shared_prefill_rows": 0}
+                      "model_cpu_s": 0.0, "shared_prefill_rows": 0, "prefill_tokens": 0, "prefix_hit_tokens": 0}
+        self._prefixes = _PrefixCache(prefix_cache_tokens if share_prefill else 0)
+        self._keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._closed = False
         self._model_lock = threading.Lock()   # generate and logprobs_of never overlap on the model
+        self._pending_lock = threading.Lock()  # the model thread takes requests in while it decodes
         # One long-lived thread runs the model: its OpenMP pool persists between batches (a fresh thread per
         # call, as asyncio.to_thread may give, re-creates it), and torch's thread count can be set there.
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -584,16 +784,19 @@ class HFBackend:
     async def generate(self, prompt_ids: Sequence[int], *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,
                        top_p: float | None = None) -> Generation:
-        """Queue one prompt; resolves when its batch is done. ``messages`` is ignored (ids are the prompt)."""
+        """Queue one prompt; resolves when its response ends. ``messages`` is ignored (ids are the prompt)."""
         if not prompt_ids:
             raise ValueError("empty prompt")
         loop = asyncio.get_running_loop()
         self._ensure_worker(loop)
-        req = _Request(list(map(int, prompt_ids)), int(max_new_tokens or self.max_new_tokens),
+        req = _Request(list(map(int, prompt_ids)), int(self.max_new_tokens if max_new_tokens is None else max_new_tokens),
                        float(self.temperature if temperature is None else temperature),
                        float(self.top_p if top_p is None else top_p), loop.create_future())
-        self._pending.append(req)
         self.stats["requests"] += 1
+        if req.max_new_tokens <= 0:
+            return Generation([], [], "", "length")
+        with self._pending_lock:
+            self._pending.append(req)
         self._wake.set()
         return await req.future
 
@@ -606,13 +809,15 @@ class HFBackend:
 
     async def aclose(self) -> None:
         """Stop the batching task and the model thread (pending requests are cancelled)."""
+        self._closed = True
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
-        for r in self._pending:
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for r in pending:
             r.future.cancel()
-        self._pending = []
         self._executor.shutdown(wait=False)
 
     def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -620,29 +825,177 @@ class HFBackend:
             self._loop, self._wake, self._pending = loop, asyncio.Event(), []
             self._worker = loop.create_task(self._batch_loop(), name="HFBackend.batch_loop")
 
+    def _take(self, limit: int | None = None, like: _Request | None = None) -> list[_Request]:
+        """Take up to ``limit`` pending requests (with ``like``'s sampling settings, if given), oldest first."""
+        with self._pending_lock:
+            taken = [r for r in self._pending if like is None or (r.temperature, r.top_p) == (like.temperature, like.top_p)]
+            taken = taken[:limit] if limit is not None else taken
+            ids = {id(r) for r in taken}
+            self._pending = [r for r in self._pending if id(r) not in ids]
+        return [r for r in taken if not r.future.done()]     # a caller may have been cancelled meanwhile
+
+    def _resolve(self, req: _Request, result: Generation | None = None, error: BaseException | None = None) -> None:
+        """Hand a result to the caller's event loop (called from the model thread)."""
+        def settle():
+            if not req.future.done():
+                req.future.set_exception(error) if error is not None else req.future.set_result(result)
+        with contextlib.suppress(RuntimeError):   # the caller's loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(settle)
+
     async def _batch_loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             if self.batch_window_s > 0:
                 await asyncio.sleep(self.batch_window_s)   # let concurrent callers join the first batch
+            if self.loop:
+                await asyncio.get_running_loop().run_in_executor(self._executor, self._serve)
+                continue
             while self._pending:
-                first = self._pending[0]
-                batch = [r for r in self._pending if (r.temperature, r.top_p) == (first.temperature, first.top_p)
-                         ][:self.max_batch_size]
-                taken = {id(r) for r in batch}
-                self._pending = [r for r in self._pending if id(r) not in taken]
+                batch = self._take(self.max_batch_size, like=self._pending[0])
+                if not batch:
+                    continue
                 try:
                     gens = await asyncio.get_running_loop().run_in_executor(
                         self._executor, self._generate_batch, batch)
                 except Exception as exc:  # a failing batch fails its callers, never the loop
                     for r in batch:
-                        if not r.future.done():
-                            r.future.set_exception(exc)
+                        self._resolve(r, error=exc)
                     continue
                 for r, g in zip(batch, gens):
-                    if not r.future.done():   # a caller may have been cancelled meanwhile
-                        r.future.set_result(g)
+                    self._resolve(r, g)
+
+    # -- the decode loop (model thread) --
+
+    def _serve(self) -> None:
+        """Decode until no request is left: take pending requests in at every token, up to ``max_batch_size``
+        rows. A failing step fails the requests it held, never the loop."""
+        rows: list[_Row] = []
+        new: list[_Request] = []
+        slab: _Slab | None = None
+        attn = _register_sdpa_gqa() if self.model.config._attn_implementation == "sdpa" else None
+        try:
+            with self._model_lock, torch.inference_mode(), _attention(self.model, attn):
+                while not self._closed:
+                    new = self._take(self.max_batch_size - len(rows))
+                    if new:
+                        slab = self._admit(new, rows, slab)
+                    new = []
+                    if not rows:
+                        return
+                    self._step(rows, slab)
+        except Exception as exc:  # noqa: BLE001  (the callers get it; the backend keeps serving)
+            log.exception("HFBackend: decoding failed; its %d requests fail", len(rows) + len(new))
+            for r in [row.req for row in rows] + new:
+                self._resolve(r, error=exc)
+        finally:
+            self._prefixes.clear()    # weights may change once nothing is in flight
+
+    def _admit(self, reqs: list[_Request], rows: list[_Row], slab: _Slab | None) -> _Slab | None:
+        """Prefill each distinct prompt of ``reqs`` once (each request's, without ``share_prefill``), sample
+        every request's first token in one call (the same random draws either way), and put its KV into the
+        slab; a request whose first token ends it resolves at once."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        self.stats["batches"] += 1
+        done: dict[Any, tuple[torch.Tensor, list]] = {}
+        taken, logits, kvs = [], [], []
+        for i, r in enumerate(reqs):
+            key = tuple(r.prompt) if self.share_prefill else i
+            if key in done:
+                self.stats["shared_prefill_rows"] += 1
+            else:
+                try:
+                    done[key] = self._prefill(r.prompt)
+                except Exception as exc:  # noqa: BLE001  (a prompt the model cannot take fails its caller only)
+                    self._resolve(r, error=exc)
+                    continue
+            taken.append(r)
+            logits.append(done[key][0])
+            kvs.append(done[key][1])
+        if taken:
+            dev = logits[0].device
+            tokens, logp = _sample(torch.cat(logits), torch.tensor([r.temperature for r in taken], device=dev),
+                                   torch.tensor([r.top_p for r in taken], device=dev))
+            for r, kv, tok, lp in zip(taken, kvs, tokens.tolist(), logp.tolist()):
+                row = _Row(r, len(r.prompt), [tok], [lp])
+                if self._finished(row):
+                    continue
+                cols = len(r.prompt) + r.max_new_tokens
+                if slab is None:
+                    slab = _Slab(len(kv), max(8, len(taken)), cols + 16, kv[0][0])
+                slab.grow(len(rows) + 1, cols)
+                slab.put(len(rows), kv)
+                rows.append(row)
+                slab.n = len(rows)
+        self.stats["max_batch"] = max(self.stats["max_batch"], len(rows))
+        self.stats["model_s"] += time.perf_counter() - t0
+        self.stats["model_cpu_s"] += time.thread_time() - c0
+        return slab
+
+    def _prefill(self, prompt: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The last position's logits ``[1, V]`` and the per-layer KV of ``prompt``, computing only what the
+        prefix cache does not hold."""
+        from transformers import DynamicCache
+        dev = next(self.model.parameters()).device
+        n, kv = self._prefixes.longest(prompt)
+        cache = DynamicCache(config=self.model.config)
+        for layer, (k, v) in enumerate(kv or []):
+            cache.update(k, v, layer)
+        ids = torch.tensor([prompt[n:]], device=dev)
+        positions = torch.arange(n, len(prompt), device=dev)[None]
+        keep = {"logits_to_keep": 1} if self._keep_logits else {}
+        logits = self.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
+                            **keep).logits[:, -1]                                     # [1, V]
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        self._prefixes.add(prompt, kv)
+        self.stats["prefill_tokens"] += len(prompt) - n
+        self.stats["prefix_hit_tokens"] += n
+        return logits, kv
+
+    def _step(self, rows: list[_Row], slab: _Slab) -> None:
+        """One token for every row; rows that end leave (the last row takes the freed slot)."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        dev = slab.k[0].device
+        pos = torch.tensor([r.pos for r in rows], device=dev)                         # [n]
+        slab.write = (torch.arange(len(rows), device=dev), pos)
+        slab.cols = int(pos.max()) + 1
+        mask = (torch.arange(slab.cols, device=dev)[None] <= pos[:, None])[:, None, None]   # [n, 1, 1, cols]
+        ids = torch.tensor([[r.ids[-1]] for r in rows], device=dev)                    # [n, 1]
+        logits = self.model(input_ids=ids, position_ids=pos[:, None], attention_mask=mask, past_key_values=slab,
+                            use_cache=True).logits[:, -1]                             # [n, V]
+        temps = torch.tensor([r.req.temperature for r in rows], device=dev)
+        top_p = torch.tensor([r.req.top_p for r in rows], device=dev)
+        tokens, logp = _sample(logits, temps, top_p)
+        for r, tok, lp in zip(rows, tokens.tolist(), logp.tolist()):
+            r.pos += 1
+            r.ids.append(tok)
+            r.logprobs.append(lp)
+        for i in reversed(range(len(rows))):
+            if self._finished(rows[i]):
+                last = len(rows) - 1
+                if i != last:
+                    slab.move(last, i, rows[last].pos)
+                    rows[i] = rows[last]
+                rows.pop()
+        slab.n = len(rows)
+        self.stats["model_s"] += time.perf_counter() - t0
+        self.stats["model_cpu_s"] += time.thread_time() - c0
+
+    def _finished(self, row: _Row) -> bool:
+        """Resolve ``row``'s request if its last token ends it (end of turn, or its token budget); True too
+        when its caller stopped waiting (a cancelled episode: the row leaves unfinished)."""
+        if row.req.future.cancelled():
+            return True
+        stopped = row.ids[-1] in self.stop_ids
+        if not stopped and len(row.ids) < row.req.max_new_tokens:
+            return False
+        self.stats["gen_tokens"] += len(row.ids)
+        body = row.ids[:-1] if stopped else row.ids
+        self._resolve(row.req, Generation(row.ids, row.logprobs, self.tokenizer.decode(body, skip_special_tokens=True),
+                                          "stop" if stopped else "length"))
+        return True
+
+    # -- decode="generate": dynamic batches of model.generate (model thread) --
 
     def _shared_prefill(self, reqs: list[_Request], input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """The KV cache of every prompt but its last token, computed once per distinct prompt and copied to the

@@ -6,13 +6,16 @@ fp32, the reference model for the KL term as beta = 0.001 loads it). The configu
 step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of them alike; each prints its
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
-A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T`` (gen: most prompts
-per generate call, 0 = all of the step's; mb: action samples per forward of the update; update:
+A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate``
+(gen: most prompts per generate call, or most rows decoded at once, 0 = all of the step's; mb: action samples per forward of the update; update:
 train_mgrpo.update's ``fast`` (identical samples scored once, micro-batches of similar length) or ``plain``
 (every sample in rollout order, as before); prefill: the HF backend's prefill of repeated prompts, once
-(``shared``) or per row (``full``, as before); threads: torch threads of generation). The default compares the
-demo's M-GRPO as it was (B 4 x G 4, generate calls of <= 16, micro-batches of 4, plain, full prefill, one
-thread) with the same code at B 8 x G 8 and with this version's settings, on one and on two threads.
+(``shared``) or per row (``full``, as before); threads: torch threads of generation; decode: the HF backend's
+continuous batching on its own decode loop (``loop``, the default) or dynamic batches of ``model.generate``
+(``generate``, before issue 43)). The default compares make demo's M-GRPO step
+(B 8 x G 8, one torch thread for generation) on ``model.generate`` batches (the code before issue 43) and on
+the continuous-batching decode loop. The issue 32 comparison was
+``--configs "old=4x4,gen=16,mb=4,update=plain,prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"``.
 
     .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
 """
@@ -46,9 +49,8 @@ class Args:
     """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
-    configs: str = ("old=4x4,gen=16,mb=4,update=plain,prefill=full;old-8x8=8x8,gen=16,mb=4,update=plain,prefill=full;"
-               "new=8x8,gen=0,mb=16,update=fast;new-2threads=8x8,gen=0,mb=16,update=fast,threads=2")
-    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T"""
+    configs: str = "generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"
+    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
     max_turns: int = 6
@@ -71,6 +73,7 @@ class Config:
     fast: bool
     threads: int
     share: bool
+    decode: str = "loop"
 
 
 def parse_configs(spec: str) -> list[Config]:
@@ -83,7 +86,7 @@ def parse_configs(spec: str) -> list[Config]:
         B, G = map(int, shape.split("x"))
         out.append(Config(name, B, G, int(kv.get("gen", 0)), int(kv.get("mb", 4)),
                           kv.get("update", "fast") == "fast", int(kv.get("threads", 1)),
-                          kv.get("prefill", "shared") == "shared"))
+                          kv.get("prefill", "shared") == "shared", kv.get("decode", "loop")))
     return out
 
 
@@ -120,7 +123,8 @@ async def main(args: Args) -> None:
     backends = {}
     for c in configs:   # one per configuration: its generation threads are set when its thread starts
         backends[c.name] = policy.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
-                                            temperature=1.0, num_threads=c.threads, share_prefill=c.share)
+                                            temperature=1.0, num_threads=c.threads, share_prefill=c.share,
+                                            decode=c.decode)
     tasks = webenv.load_tasks(args.tasks)
     most = max(c.B * c.G for c in configs)
     print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
@@ -140,15 +144,15 @@ async def main(args: Args) -> None:
                     t[0], t[1], t[2] = t[0] + t_roll, t[1] + t_upd, t[2] + n
         for b in backends.values():
             await b.aclose()
-    print("\n| configuration | B x G | gen batch | micro-batch | update | prefill | gen threads | rollout s / traj "
+    print("\n| configuration | B x G | decode | gen batch | micro-batch | update | prefill | gen threads | rollout s / traj "
           "| update s / traj | trajectories / min | vs first |")
-    print("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
     first = None
     for c in configs:
         roll, upd, n = totals[c.name]
         per_min = 60.0 * n / (roll + upd)
         first = first or per_min
-        print(f"| {c.name} | {c.B} x {c.G} | {c.gen or 'all'} | {c.mb} | {'fast' if c.fast else 'plain'} "
+        print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {c.gen or 'all'} | {c.mb} | {'fast' if c.fast else 'plain'} "
               f"| {'shared' if c.share else 'full'} | {c.threads} | {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} "
               f"| x{per_min / first:.2f} |")
 

@@ -6,7 +6,7 @@ need http://, and cookies work, which file:// would not give), seeded and starte
 - ``load_tasks("miniwob:click-button,login-user")`` or ``"miniwob:all"`` (every task this action space and a
   text observation can solve: ``MINIWOB_UNSOLVABLE`` says why each other one cannot be);
   ``miniwob_task(name, seed)`` makes one Task.
-- The page's own episode timer is disabled; the page is reloaded for every episode
+- The page's own episode timer is disabled, and its countdown display stopped; the page is reloaded for every episode
   (``MiniWoBFamily(in_place=True)`` restarts it in place: faster, but some pages keep state across episodes).
 """
 from __future__ import annotations
@@ -161,10 +161,12 @@ class MiniWoBFamily(TaskFamily):
         return MINIWOB_EXCLUDE_IDS
 
     async def start(self, env: WebEnv, page: Any, task: Task) -> Task:
-        """Seed the page's RNG, start the episode (core.startEpisodeReal), wait for WOB_TASK_READY, and fill in
-        the intent: the page's utterance (some pages return {utterance, fields})."""
+        """Seed the page's RNG, start the episode (core.startEpisodeReal), stop its countdown display (the timer it
+        counts is disabled, and redrawing it every second on every open page took ~0.3 of a CPU core with 64
+        pages), wait for WOB_TASK_READY, and fill in the intent: the page's utterance (some pages return
+        {utterance, fields})."""
         ready = await env.eval_js(page, """(a) => {
-            Math.seedrandom(a.seed); core.EPISODE_MAX_TIME = a.ms; core.startEpisodeReal();
+            Math.seedrandom(a.seed); core.EPISODE_MAX_TIME = a.ms; core.startEpisodeReal(); core.clearTimer();
             return WOB_TASK_READY === true; }""", {"seed": task.seed, "ms": MINIWOB_EPISODE_MS})
         if not ready:
             await page.wait_for_function("() => WOB_TASK_READY === true", timeout=env.nav_timeout_ms)

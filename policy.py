@@ -662,26 +662,30 @@ def _attention(model, name: str | None):
         cfg._attn_implementation = old
 
 
+def _warp(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Sampling scores of rows ``[s, V]`` (temperatures > 0): logits / temperature, then cut to the top-p nucleus
+    (the smallest set of most likely tokens whose mass exceeds top_p, at least one), as HF's
+    ``TemperatureLogitsWarper`` then ``TopPLogitsWarper`` do; the cut tokens get -inf."""
+    scores = logits / temperature[:, None]
+    if (top_p < 1).any():
+        sorted_scores, order = scores.sort(dim=-1)                                    # ascending
+        drop = sorted_scores.softmax(-1).cumsum(-1) <= (1 - top_p)[:, None]
+        drop[:, -1] = False                                                           # keep the most likely
+        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return scores
+
+
 def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next tokens and their raw log-probs for rows of ``logits`` ``[n, V]``: greedy where temperature is 0,
-    else sampled from softmax(logits / temperature) cut to its top-p nucleus, as HF's ``TemperatureLogitsWarper``
-    and ``TopPLogitsWarper`` do (the smallest set of most likely tokens whose mass exceeds top_p, at least
-    one). The log-probs are those of the raw logits (temperature 1, no cut: see the module docstring)."""
+    """Next tokens ``[n]`` for rows of ``logits`` ``[n, V]`` and their raw log-probs: greedy where the temperature
+    is 0, else drawn from softmax(``_warp``). The log-probs are those of the raw logits (temperature 1, no cut:
+    see the module docstring), whatever the row was sampled with."""
     logits = logits.float()
-    logp = torch.log_softmax(logits, dim=-1)                                          # [n, V]
     tokens = logits.argmax(-1)                                                        # [n]
     sampled = temperature > 0
     if sampled.any():
-        scores = logits[sampled] / temperature[sampled, None]                         # [s, V]
-        p = top_p[sampled]
-        if (p < 1).any():
-            sorted_scores, order = scores.sort(dim=-1)                                # ascending
-            mass = sorted_scores.softmax(-1).cumsum(-1)
-            drop = mass <= (1 - p)[:, None]
-            drop[:, -1] = False                                                       # keep the most likely
-            scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+        scores = _warp(logits[sampled], temperature[sampled], top_p[sampled])
         tokens[sampled] = torch.multinomial(scores.softmax(-1), 1)[:, 0]
-    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+    return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]
 
 
 class _LogprobRecorder:
@@ -745,7 +749,8 @@ class HFBackend:
     once), ``gen_tokens``, ``model_s`` / ``model_cpu_s`` (wall / CPU seconds of the model thread's work; the CPU
     time is all of it when ``num_threads=1``), ``shared_prefill_rows`` (rows whose prompt another row had
     just prefilled), ``prefill_tokens`` / ``prefix_hit_tokens`` (prompt tokens computed / taken from the prefix
-    cache). ``share_prefill=False``: every row prefilled in full (no prefix cache), for tests and benchmarks.
+    cache), ``prefill_s`` (the part of ``model_s`` spent taking requests in), ``decode_steps`` (forwards of
+    one token per row; ``gen_tokens / decode_steps`` is the mean batch). ``share_prefill=False``: every row prefilled in full (no prefix cache), for tests and benchmarks.
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
@@ -764,7 +769,8 @@ class HFBackend:
         self.stop_ids = sorted(set(stop_ids)) if stop_ids is not None else end_of_turn_ids(tokenizer, model)
         self.pad_id = _pad_id(tokenizer, self.stop_ids)
         self.stats = {"requests": 0, "batches": 0, "max_batch": 0, "gen_tokens": 0, "model_s": 0.0,
-                      "model_cpu_s": 0.0, "shared_prefill_rows": 0, "prefill_tokens": 0, "prefix_hit_tokens": 0}
+                      "model_cpu_s": 0.0, "shared_prefill_rows": 0, "prefill_tokens": 0, "prefix_hit_tokens": 0,
+                      "prefill_s": 0.0, "decode_steps": 0}
         self._prefixes = _PrefixCache(prefix_cache_tokens if share_prefill else 0)
         self._keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._closed = False
@@ -873,9 +879,8 @@ class HFBackend:
         rows: list[_Row] = []
         new: list[_Request] = []
         slab: _Slab | None = None
-        attn = _register_sdpa_gqa() if self.model.config._attn_implementation == "sdpa" else None
         try:
-            with self._model_lock, torch.inference_mode(), _attention(self.model, attn):
+            with self._model_lock, torch.inference_mode():
                 while not self._closed:
                     new = self._take(self.max_batch_size - len(rows))
                     if new:
@@ -929,6 +934,7 @@ class HFBackend:
                 slab.n = len(rows)
         self.stats["max_batch"] = max(self.stats["max_batch"], len(rows))
         self.stats["model_s"] += time.perf_counter() - t0
+        self.stats["prefill_s"] += time.perf_counter() - t0
         self.stats["model_cpu_s"] += time.thread_time() - c0
         return slab
 
@@ -944,8 +950,9 @@ class HFBackend:
         ids = torch.tensor([prompt[n:]], device=dev)
         positions = torch.arange(n, len(prompt), device=dev)[None]
         keep = {"logits_to_keep": 1} if self._keep_logits else {}
-        logits = self.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
-                            **keep).logits[:, -1]                                     # [1, V]
+        with self._attention():
+            logits = self.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
+                                **keep).logits[:, -1]                                 # [1, V]
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         self._prefixes.add(prompt, kv)
         self.stats["prefill_tokens"] += len(prompt) - n
@@ -961,8 +968,9 @@ class HFBackend:
         slab.cols = int(pos.max()) + 1
         mask = (torch.arange(slab.cols, device=dev)[None] <= pos[:, None])[:, None, None]   # [n, 1, 1, cols]
         ids = torch.tensor([[r.ids[-1]] for r in rows], device=dev)                    # [n, 1]
-        logits = self.model(input_ids=ids, position_ids=pos[:, None], attention_mask=mask, past_key_values=slab,
-                            use_cache=True).logits[:, -1]                             # [n, V]
+        with self._attention():
+            logits = self.model(input_ids=ids, position_ids=pos[:, None], attention_mask=mask,
+                                past_key_values=slab, use_cache=True).logits[:, -1]   # [n, V]
         temps = torch.tensor([r.req.temperature for r in rows], device=dev)
         top_p = torch.tensor([r.req.top_p for r in rows], device=dev)
         tokens, logp = _sample(logits, temps, top_p)
@@ -978,8 +986,15 @@ class HFBackend:
                     rows[i] = rows[last]
                 rows.pop()
         slab.n = len(rows)
+        self.stats["decode_steps"] += 1
         self.stats["model_s"] += time.perf_counter() - t0
         self.stats["model_cpu_s"] += time.thread_time() - c0
+
+    def _attention(self):
+        """The model's SDPA attention as ``_sdpa_gqa`` for one forward of the loop (restored right after it, so a
+        forward of the trainer, which runs only when no request is in flight, never sees the switch)."""
+        sdpa = self.model.config._attn_implementation == "sdpa"
+        return _attention(self.model, _register_sdpa_gqa() if sdpa else None)
 
     def _finished(self, row: _Row) -> bool:
         """Resolve ``row``'s request if its last token ends it (end of turn, or its token budget); True too

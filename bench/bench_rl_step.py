@@ -100,10 +100,17 @@ async def one_step(cfg: Config, k: int, runner, backends, tok, engine, ref, task
     jobs = [Job(dataclasses.replace(t, max_steps=args.max_turns), group=g) for g, t in enumerate(groups)
             for _ in range(cfg.G)]
     ep = EpisodeConfig(prompt="short", max_new_tokens=args.max_new_tokens, temperature=1.0)
-    t0, m0 = time.perf_counter(), backend.stats["model_s"]
+    t0, before = time.perf_counter(), dict(backend.stats)
     trajs = await rollouts(runner, backend, tok, jobs, ep)
     t_roll = time.perf_counter() - t0
-    t_gen = backend.stats["model_s"] - m0
+    d = {k: backend.stats[k] - before[k] for k in ("model_s", "model_cpu_s", "prefill_s", "prefill_tokens", "prefix_hit_tokens",
+                                                    "gen_tokens", "decode_steps")}
+    t_gen = d["model_s"]
+    if d["decode_steps"]:
+        print(f"    {cfg.name}: prefill {d['prefill_s']:.1f} s of {d['prefill_tokens']} prompt tokens "
+              f"({d['prefix_hit_tokens']} more from the prefix cache), {d['gen_tokens']} tokens in "
+              f"{d['decode_steps']} decode steps ({d['gen_tokens'] / d['decode_steps']:.1f} rows each); the model "
+              f"thread had {d['model_cpu_s']:.1f} CPU s in its {d['model_s']:.1f} s of work", flush=True)
     t0 = time.perf_counter()
     batch = train_mgrpo.mgrpo_batch(trajs)
     if batch.groups:

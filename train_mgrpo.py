@@ -135,7 +135,7 @@ class Args:
     micro_batch: int = 4
     """action samples per forward/backward pass (the step's samples sorted by length first)"""
     gen_batch: int = 0
-    """--backend hf: most prompts in one generate call (0: every trajectory of the rank's step at once)"""
+    """--backend hf: most responses decoded at once (0: every trajectory of the rank's step)"""
     grad_clip: float = 1.0
     """gradient norm clipping"""
     backend: Literal["hf", "vllm"] = "hf"

@@ -630,8 +630,8 @@ class _PrefixCache:
             if h in self.blocks:
                 self.blocks[h] = self.blocks.pop(h)
             else:
-                self.blocks[h] = (parent, tokens, [(k[:, :, i * b:(i + 1) * b].clone(), v[:, :, i * b:(i + 1) * b].clone())
-                                                   for k, v in kv])
+                part = slice(i * b, (i + 1) * b)
+                self.blocks[h] = (parent, tokens, [(k[:, :, part].clone(), v[:, :, part].clone()) for k, v in kv])
         while len(self.blocks) * b > self.max_tokens:
             del self.blocks[next(iter(self.blocks))]
 
@@ -764,7 +764,8 @@ class HFBackend:
     time is all of it when ``num_threads=1``), ``shared_prefill_rows`` (rows whose prompt another row had
     just prefilled), ``prefill_tokens`` / ``prefix_hit_tokens`` (prompt tokens computed / taken from the prefix
     cache), ``prefill_s`` (the part of ``model_s`` spent taking requests in), ``decode_steps`` (forwards of
-    one token per row; ``gen_tokens / decode_steps`` is the mean batch). ``share_prefill=False``: every row prefilled in full (no prefix cache), for tests and benchmarks.
+    one token per row; ``gen_tokens / decode_steps`` is the mean batch). ``share_prefill=False``: every row
+    prefilled in full (no prefix cache), for tests and benchmarks.
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
@@ -809,7 +810,8 @@ class HFBackend:
             raise ValueError("empty prompt")
         loop = asyncio.get_running_loop()
         self._ensure_worker(loop)
-        req = _Request(list(map(int, prompt_ids)), int(self.max_new_tokens if max_new_tokens is None else max_new_tokens),
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        req = _Request(list(map(int, prompt_ids)), int(limit),
                        float(self.temperature if temperature is None else temperature),
                        float(self.top_p if top_p is None else top_p), loop.create_future())
         self.stats["requests"] += 1
@@ -848,7 +850,8 @@ class HFBackend:
     def _take(self, limit: int | None = None, like: _Request | None = None) -> list[_Request]:
         """Take up to ``limit`` pending requests (with ``like``'s sampling settings, if given), oldest first."""
         with self._pending_lock:
-            taken = [r for r in self._pending if like is None or (r.temperature, r.top_p) == (like.temperature, like.top_p)]
+            taken = [r for r in self._pending
+                     if like is None or (r.temperature, r.top_p) == (like.temperature, like.top_p)]
             taken = taken[:limit] if limit is not None else taken
             ids = {id(r) for r in taken}
             self._pending = [r for r in self._pending if id(r) not in ids]

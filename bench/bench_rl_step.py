@@ -1,21 +1,24 @@
 """RL trajectories per minute, the update included: M-GRPO steps of several configurations side by side.
 
 One step = train_mgrpo's own pieces: B x G rollouts (``rollout.rollouts`` over a ``Runner`` of B x G browser
-contexts, the HF backend's dynamic batching), ``mgrpo_batch``, then ``update`` on a DeepSpeed engine (ZeRO-0,
+contexts, the HF backend), ``mgrpo_batch``, then ``update`` on a DeepSpeed engine (ZeRO-0,
 fp32, the reference model for the KL term as beta = 0.001 loads it). The configurations take turns, step by
 step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of them alike; each prints its
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
-A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate``
-(gen: most prompts per generate call, or most rows decoded at once, 0 = all of the step's; mb: action samples per forward of the update; update:
-train_mgrpo.update's ``fast`` (identical samples scored once, micro-batches of similar length) or ``plain``
-(every sample in rollout order, as before); prefill: the HF backend's prefill of repeated prompts, once
-(``shared``) or per row (``full``, as before); threads: torch threads of generation; decode: the HF backend's
-continuous batching on its own decode loop (``loop``, the default) or dynamic batches of ``model.generate``
-(``generate``, before issue 43)). The default compares make demo's M-GRPO step
-(B 8 x G 8, one torch thread for generation) on ``model.generate`` batches (the code before issue 43) and on
-the continuous-batching decode loop. The issue 32 comparison was
-``--configs "old=4x4,gen=16,mb=4,update=plain,prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"``.
+A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate``:
+- gen: most rows the HF backend decodes at once (most prompts per generate call with decode=generate), 0 = all
+  of the step's;
+- mb: action samples per forward of the update; update: train_mgrpo.update's ``fast`` (identical samples scored
+  once, micro-batches of similar length) or ``plain`` (every sample in rollout order, as before issue 32);
+- prefill: the HF backend's reuse of repeated prompts and shared prefixes (``shared``) or every row prefilled in
+  full (``full``); threads: torch threads of generation;
+- decode: the HF backend's continuous batching on its own decode loop (``loop``, the default) or dynamic batches
+  of ``model.generate`` (``generate``, the code before issue 43).
+
+The default compares make demo's M-GRPO step (B 8 x G 8, one torch thread for generation) on ``model.generate``
+batches and on the decode loop. Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
+prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"`` (one argument).
 
     .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
 """

@@ -765,7 +765,8 @@ class HFBackend:
     just prefilled), ``prefill_tokens`` / ``prefix_hit_tokens`` (prompt tokens computed / taken from the prefix
     cache), ``prefill_s`` (the part of ``model_s`` spent taking requests in), ``decode_steps`` (forwards of
     one token per row; ``gen_tokens / decode_steps`` is the mean batch). ``share_prefill=False``: every row
-    prefilled in full (no prefix cache), for tests and benchmarks.
+    prefilled in full (no prefix cache), for tests and benchmarks. ``prefix_cache_tokens``: the prefix cache's
+    size in tokens (each token keeps 2 x layers x kv_heads x head_dim values: ~3 KB for make demo's model).
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """

@@ -939,9 +939,7 @@ class HFBackend:
             logits.append(done[key][0])
             kvs.append(done[key][1])
         if taken:
-            dev = logits[0].device
-            tokens, logp = _sample(torch.cat(logits), torch.tensor([r.temperature for r in taken], device=dev),
-                                   torch.tensor([r.top_p for r in taken], device=dev))
+            tokens, logp = self._draw(torch.cat(logits), taken)
             for r, kv, tok, lp in zip(taken, kvs, tokens.tolist(), logp.tolist()):
                 row = _Row(r, len(r.prompt), [tok], [lp])
                 if self._finished(row):
@@ -992,9 +990,7 @@ class HFBackend:
         with self._attention():
             logits = self.model(input_ids=ids, position_ids=pos[:, None], attention_mask=mask,
                                 past_key_values=slab, use_cache=True).logits[:, -1]   # [n, V]
-        temps = torch.tensor([r.req.temperature for r in rows], device=dev)
-        top_p = torch.tensor([r.req.top_p for r in rows], device=dev)
-        tokens, logp = _sample(logits, temps, top_p)
+        tokens, logp = self._draw(logits, [r.req for r in rows])
         for r, tok, lp in zip(rows, tokens.tolist(), logp.tolist()):
             r.pos += 1
             r.ids.append(tok)
@@ -1010,6 +1006,13 @@ class HFBackend:
         self.stats["decode_steps"] += 1
         self.stats["model_s"] += time.perf_counter() - t0
         self.stats["model_cpu_s"] += time.thread_time() - c0
+
+    @staticmethod
+    def _draw(logits: torch.Tensor, reqs: list[_Request]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_sample`` for rows of ``logits`` ``[n, V]``, each with its request's temperature and top-p."""
+        dev = logits.device
+        return _sample(logits, torch.tensor([r.temperature for r in reqs], device=dev),
+                       torch.tensor([r.top_p for r in reqs], device=dev))
 
     def _attention(self):
         """The model's SDPA attention as ``_sdpa_gqa`` for one forward of the loop (restored right after it, so a

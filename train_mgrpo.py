@@ -149,6 +149,12 @@ class Args:
     """DeepSpeed config; default configs/zero3.json on GPU, configs/zero0.json on CPU"""
     grad_checkpointing: bool = False
     """gradient checkpointing"""
+    lora_rank: int = 0
+    """a low-rank update instead of full fine-tuning: LoRA adapters of this rank on every linear layer but the
+    output head (peft), the base weights frozen (not the paper's: 0, full fine-tuning). Checkpoints' hf/ hold
+    the merged weights; --backend hf only"""
+    lora_alpha: float = 32.0
+    """--lora-rank: LoRA's alpha, the update scaled by alpha / rank (32, as in "LoRA Without Regret")"""
     vllm_gpu_memory: float = 0.7
     """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
     sync_warn: float = 0.1
@@ -480,6 +486,10 @@ def main(args: Args) -> Path:
         raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
     if args.score_temperature < 0:
         raise SystemExit(f"--score-temperature must be >= 0 (0: the rollouts' --temperature), not {args.score_temperature}")
+    if args.lora_rank < 0:
+        raise SystemExit(f"--lora-rank must be >= 0 (0: full fine-tuning), not {args.lora_rank}")
+    if args.lora_rank and args.backend != "hf":
+        raise SystemExit("--lora-rank trains with --backend hf only (the vLLM weight push sends full weights)")
     if args.episode.temperature <= 0:   # the update scores actions at the rollouts' temperature (logits / T)
         raise SystemExit("--temperature must be > 0 for M-GRPO: greedy rollouts give a group identical "
                          "trajectories and no sampling distribution to score")
@@ -500,6 +510,12 @@ def main(args: Args) -> Path:
     model, tokenizer = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.lora_rank:   # the optimizer sees the adapters only
+        model = trainlib.add_lora(model, args.lora_rank, args.lora_alpha)
+        if rank == 0:
+            log.info("LoRA rank %d: %d of %d parameters trained", args.lora_rank,
+                     sum(p.numel() for p in model.parameters() if p.requires_grad),
+                     sum(p.numel() for p in model.parameters()))
     cfg = trainlib.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
                              bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
     engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0,
@@ -515,7 +531,9 @@ def main(args: Args) -> Path:
         if trainlib.zero_stage(cfg) == 3 and world > 1:
             raise SystemExit("--backend hf with ZeRO-3 on several ranks would gather weights in lock-step for "
                              "every generated token; use --backend vllm, or ZeRO-0/2 (configs/zero2.json)")
-        backend = policy.HFBackend(engine.module, tokenizer, max_new_tokens=ep.max_new_tokens,
+        # generation runs the HF model itself (with LoRA: its layers carry the adapters, the same weights)
+        policy_model = engine.module.get_base_model() if args.lora_rank else engine.module
+        backend = policy.HFBackend(policy_model, tokenizer, max_new_tokens=ep.max_new_tokens,
                                    temperature=ep.temperature, top_p=ep.top_p,
                                    max_batch_size=args.gen_batch or args.tasks_per_step // world * args.group_size,
                                    num_threads=args.torch_threads if device.type == "cpu" and args.torch_threads else None)

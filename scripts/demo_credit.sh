@@ -30,8 +30,11 @@ declare -A RUNS=(
   [plain]="--lr 1e-4 --warmup-steps 4"
   [gigpo]="--lr 1e-4 --warmup-steps 4 --advantage gigpo"
   [gigpo-seed1]="--lr 1e-4 --warmup-steps 4 --advantage gigpo --seed 1"
+  # the low-rank candidate of rule 5 as "LoRA Without Regret" (Schulman et al. 2025) sets it for RL: rank 1 on
+  # every linear layer, alpha 32, 10x the full fine-tuning lr (set before its run, session 19)
+  [lora]="--lr 1e-3 --warmup-steps 4 --lora-rank 1 --lora-alpha 32"
 )
-NAMES=(plain gigpo gigpo-seed1)          # table order
+NAMES=(plain gigpo gigpo-seed1 lora)     # table order
 ORDER=(gigpo plain)
 [ $# -gt 0 ] && ORDER=("$@")
 

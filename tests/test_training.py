@@ -304,6 +304,89 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
     assert res["0.4@1"]["entropy"] == pytest.approx(res["1.0"]["want"]["entropy"], rel=1e-4), res
 
 
+_LORA_SCRIPT = r"""
+import asyncio, json, sys
+from pathlib import Path
+import torch
+import policy, trainlib, train_mgrpo
+from rollout import Sample
+
+out_dir = Path(sys.argv[1])
+trainlib.init_distributed()
+SPEC = "tiny:layers=2,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300"
+torch.manual_seed(0)
+base, tok = policy.build_tiny(SPEC)
+start = {n: p.detach().clone() for n, p in base.named_parameters()}
+cfg = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+
+
+def engine_of(model):
+    return trainlib.make_engine(trainlib.add_lora(model, 2, 16.0), cfg, lr=3e-2, weight_decay=0.0,
+                                schedule=trainlib.linear_warmup(0))
+
+
+engine = engine_of(base)
+res = {"trained": sum(p.numel() for p in engine.module.parameters() if p.requires_grad),
+       "total": sum(p.numel() for p in engine.module.parameters()), "gap": []}
+prompts = [[5, 6, 7, 8, 9], [10, 11, 12]]
+
+
+async def steps():
+    gen = policy.HFBackend(engine.module.get_base_model(), tok, max_new_tokens=6, temperature=1.0, stop_ids=[])
+    res["loop"] = policy.continuous_batching_supported(engine.module.get_base_model())
+    for _ in range(3):   # sample, check the recorded log-probs against the update's scoring, update
+        gens = await asyncio.gather(*(gen.generate(p) for p in prompts))
+        samples = [Sample(p + g.ids, [0] * len(p) + [1] * len(g.ids)) for p, g in zip(prompts, gens)]
+        with torch.no_grad():
+            lp = train_mgrpo.forward_logprobs(engine, samples, tok.pad_token_id, "cpu")[0]
+        res["gap"].append(max(abs(sum(g.logprobs) - float(row.sum())) for g, row in zip(gens, lp)))
+        batch = train_mgrpo.Batch(samples, adv=[1.0, -1.0], weight=[0.5, 0.5], groups=1, zero_std=[False],
+                                  dropped=0)
+        train_mgrpo.update(engine, None, batch, tok.pad_token_id, train_mgrpo.Args(micro_batch=4, beta=0.0))
+    await gen.aclose()
+
+asyncio.run(steps())
+frozen = {n.removeprefix("base_model.model.").replace(".base_layer.", "."): p
+          for n, p in engine.module.named_parameters() if not p.requires_grad}
+res["frozen_all_base"] = sorted(frozen) == sorted(start)
+res["base_moved"] = max(float((p - start[n]).abs().max()) for n, p in frozen.items())
+state = engine.module.state_dict()
+res["lora_b"] = max(float(v.abs().max()) for k, v in state.items() if "lora_B" in k)
+ckpt = trainlib.save_checkpoint(engine, tok, out_dir, 3, {"cursor": 0}, 0)
+ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
+with torch.no_grad():
+    want = engine.module(input_ids=ids).logits
+    plain, _ = policy.load(str(ckpt / "hf"))
+    res["plain_type"] = type(plain).__name__
+    res["exported_gap"] = float((plain(input_ids=ids).logits - want).abs().max())
+    torch.manual_seed(0)
+    res["exported_moved"] = float((plain(input_ids=ids).logits - policy.build_tiny(SPEC)[0](input_ids=ids).logits
+                                   ).abs().max())
+    torch.manual_seed(0)
+    again = engine_of(policy.build_tiny(SPEC)[0])   # a resumed run: the same base, its adapters from the checkpoint
+    trainlib.load_checkpoint(again, ckpt, 0)
+    res["resumed_gap"] = float((again.module(input_ids=ids).logits - want).abs().max())
+print("RESULT " + json.dumps(res))
+"""
+
+
+def test_mgrpo_lora_trains_the_adapters_only_and_exports_merged_weights(tmp_path):
+    """``--lora-rank``: with a real DeepSpeed engine, M-GRPO updates of a LoRA-wrapped tiny model move only the
+    adapters (the base weights stay bit-identical); the HF backend samples through the adapted layers on its own
+    decode loop, and the log-probs it records equal the update's scoring; a checkpoint's hf/ is a plain model
+    with the merged weights (same logits as the adapted model, different from the base), and a resume restores
+    the adapters."""
+    script = tmp_path / "lora.py"
+    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _LORA_SCRIPT)
+    res = json.loads(run_script(str(script), str(tmp_path / "run"), timeout=600).split("RESULT ", 1)[1].splitlines()[0])
+    assert 0 < res["trained"] < res["total"] / 10, res
+    assert res["loop"] is True and max(res["gap"]) < 1e-4, res
+    assert res["frozen_all_base"] and res["base_moved"] == 0.0 and res["lora_b"] > 1e-3, res
+    assert res["plain_type"] == "Qwen2ForCausalLM" and res["exported_gap"] < 1e-4, res
+    assert res["exported_moved"] > 1e-3, res
+    assert res["resumed_gap"] == 0.0, res
+
+
 @pytest.mark.usefixtures("vllm_required")
 def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):
     """--backend vllm for real: two ranks through the `deepspeed` launcher under ZeRO-3, each rank with its own

@@ -239,6 +239,20 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert "val/success_rate" in metrics(out)[3]      # the last step of a resumed run is validated too
 
 
+def test_mgrpo_fits_a_fixed_page(half_right_bc, tmp_path):
+    """The loop learns (issue 42's regression test): from a BC checkpoint that clicks the right button about
+    half the time, M-GRPO with every group on one fixed page (``--rl-pages 1``) drives rollout success from
+    below 0.6 to at least 0.9 within 8 steps. A loop that does not learn (a sign flipped, log-probs of the
+    wrong tokens, weights that never reach the sampler) stays near its start."""
+    out = tmp_path / "rl"
+    run_script("train_mgrpo.py", "--model", str(half_right_bc), "--tasks", "miniwob:click-button", "--rl-pages", "1",
+               "--out", str(out), "--steps", "8", "--tasks-per-step", "4", "--group-size", "8", "--max-turns", "2",
+               "--max-new-tokens", "40", "--prompt", "short", "--lr", "1e-3", "--save-every", "0")
+    success = [r["rollout/success_rate"] for r in metrics(out)]
+    print("rollout success by step", success)
+    assert success[0] < 0.6 and max(success[-3:]) >= 0.9, success
+
+
 _TEMPERATURE_SCRIPT = r"""
 import copy, json, sys
 import torch
@@ -418,17 +432,17 @@ def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
 
 
-def _rank_pid(script: str, local_rank: int) -> int | None:
-    """The process id of one rank of a `deepspeed`-launched script (found by its command line)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+def _rank_pid(launcher: int, script: str, local_rank: int) -> int | None:
+    """The process id of one rank of a `deepspeed`-launched script: among the launcher's own descendants (a
+    search of every process could find another run's rank), the one whose command line names it."""
+    import psutil
+    for proc in psutil.Process(launcher).children(recursive=True):
         try:
-            cmd = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+            cmd = proc.cmdline()
+        except psutil.Error:
             continue
         if any(c.endswith(script) for c in cmd) and f"--local_rank={local_rank}" in cmd:
-            return int(proc.name)
+            return proc.pid
     return None
 
 
@@ -496,19 +510,20 @@ def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
            "train_mgrpo.py", "--model", "tiny", "--tasks", "miniwob:click-button", "--out", str(out),
            "--steps", "200", "--tasks-per-step", "2", "--group-size", "2", "--max-turns", "1",
            "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)   # a failure below kills the ranks and their browsers too
     try:
         deadline = time.time() + 300
         while not ((out / "metrics.jsonl").exists() and metrics(out)) and time.time() < deadline:
             assert proc.poll() is None, proc.stdout.read()[-4000:]
             time.sleep(0.5)
-        pid = _rank_pid("train_mgrpo.py", 1)
+        pid = _rank_pid(proc.pid, "train_mgrpo.py", 1)
         assert pid is not None, "rank 1 not found"
         os.kill(pid, signal.SIGINT)
         log = proc.communicate(timeout=300)[0]
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, log[-4000:]
     steps = [r["step"] for r in metrics(out)]
     assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200

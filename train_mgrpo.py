@@ -513,9 +513,7 @@ def main(args: Args) -> Path:
     if args.lora_rank:   # the optimizer sees the adapters only
         model = trainlib.add_lora(model, args.lora_rank, args.lora_alpha)
         if rank == 0:
-            log.info("LoRA rank %d: %d of %d parameters trained", args.lora_rank,
-                     sum(p.numel() for p in model.parameters() if p.requires_grad),
-                     sum(p.numel() for p in model.parameters()))
+            log.info("LoRA rank %d: %d of %d parameters trained", args.lora_rank, *model.get_nb_trainable_parameters())
     cfg = trainlib.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
                              bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
     engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0,

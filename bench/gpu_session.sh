@@ -37,7 +37,7 @@ for part in ${PARTS:-0.5b 3b 3b-16k gpu-tests cpu-tests}; do
     cpu-tests)   # the CPU suite's files that need no browser, on this machine (CUDA hidden by tests/conftest.py)
       timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_policy.py tests/test_trainlib.py \
         tests/test_mgrpo_loss.py tests/test_compress.py tests/test_train_bc_data.py tests/test_gpu_path.py \
-        tests/test_training.py::test_mgrpo_update_scores_actions_at_the_rollout_temperature > "$OUT/pytest_cpu.log" 2>&1
+        tests/test_train_mgrpo.py::test_mgrpo_update_scores_actions_at_the_rollout_temperature > "$OUT/pytest_cpu.log" 2>&1
       echo "pytest (CPU suite, no browser): exit $?"; tail -5 "$OUT/pytest_cpu.log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac

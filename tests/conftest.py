@@ -21,7 +21,7 @@ if not GPU_TESTS:
 
 # The processes the tests start get SIGINT as a terminal leaves it, whoever started the suite: run in the
 # background (`nohup ... &`, a CI runner) it inherits SIGINT ignored and would hand that on, and a Ctrl-C test's
-# parent would then sleep through its Ctrl-C (tests/test_vllm.py, tests/test_training.py).
+# parent would then sleep through its Ctrl-C (tests/test_vllm.py, tests/test_train_mgrpo_vllm.py).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -29,9 +29,11 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # `make test` runs two pytest-xdist workers, each module on one of them (`--dist loadfile
 # --no-loadscope-reorder`), in this order: the longest modules first (seconds alone on the 2-core box), so that
 # no worker is left with one of them at the end while the other idles. The rest follow in file order.
-LONGEST_FIRST = ("test_training.py",   # ~800 s: DeepSpeed launches, M-GRPO runs, two vLLM engines per run
-                 "test_demo.py",       # ~480 s: make demo, demo-findings and demo-suite at smoke size
-                 "test_vllm.py",       # ~320 s: four engine starts
+LONGEST_FIRST = ("test_demo.py",              # ~480 s alone: make demo, demo-findings, demo-suite at smoke size
+                 "test_train_mgrpo_vllm.py",  # ~300 s: two M-GRPO runs with vLLM engines
+                 "test_train_mgrpo.py",       # ~350 s: M-GRPO runs on the HF backend
+                 "test_vllm.py",              # ~320 s: four engine starts
+                 "test_train_bc.py",          # ~300 s: BC runs, one of them killed at many points
                  "test_sandbox.py", "test_webarena.py", "test_sitesuite.py", "test_env_browser.py")
 
 
@@ -113,3 +115,17 @@ def remote_pool(run):
         stop_browser_server(proc)
         if saved is None:
             os.environ.pop("WEBAGENT_REMOTE_CHROMIUM", None)
+
+
+@pytest.fixture(scope="session")
+def demos(tmp_path_factory):
+    """16 expert demonstrations of click-button, recorded through the real env (tests/training.py)."""
+    import training
+    return training.record_demos(tmp_path_factory.mktemp("demos") / "demos.jsonl")
+
+
+@pytest.fixture(scope="session")
+def half_right_bc(demos, tmp_path_factory):
+    """A BC checkpoint that clicks the right button about half the time (tests/training.py)."""
+    import training
+    return training.half_right_bc(demos, tmp_path_factory.mktemp("half_right"))

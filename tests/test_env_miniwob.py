@@ -25,7 +25,7 @@ async def label(e: env.WebEnv, selector: str) -> int | None:
     loc = e.page.locator(selector).first
     if await loc.count() == 0:
         return None
-    v = await loc.get_attribute("data-webagent-id", timeout=2000)
+    v = await loc.get_attribute("data-webagent-id", timeout=30_000)   # it exists: only a busy box waits
     return None if v is None else int(v)
 
 

@@ -87,7 +87,7 @@ def test_runner_failure_policy(run, pool, tokenizer):
         return Trajectory(job.group, job.task.task_id, job.task.seed, done_reason=why, env_error=True)
 
     async def scenario():
-        async with Runner(pool, size=4, timeout_s=8.0) as runner:
+        async with Runner(pool, size=4, timeout_s=20.0) as runner:
             jobs = [Job(unreachable, 0), Job(click_button(11), 1), Job(click_button(12), 2), Job(click_button(13), 3)]
             trajs = await runner.run(jobs, episode, failed)
             # afterwards every context of the runner still runs a normal episode

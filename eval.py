@@ -77,7 +77,7 @@ import compress
 import env as webenv
 import policy
 import trainlib
-import webarena
+from env import webarena
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts
 
 log = logging.getLogger("webagent.eval")

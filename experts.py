@@ -1,7 +1,7 @@
 """Scripted MiniWoB++ demonstrators: the behavior-cloning data D of the warm-up stage (Sec. 2.2, Eq. 1).
 
 Each solver reads the live page (Playwright locators on ``env.page``, the ``data-webagent-id`` labels
-that env.py stamps on the numbered elements of the observation, and the utterance
+that the env stamps on the numbered elements of the observation, and the utterance
 ``Observation.intent``) but acts ONLY by sending the policy's own response strings to
 ``await env.step(response)``, built by compress.format_response and env.format_action:
 
@@ -17,9 +17,9 @@ What it implements
   the tasks where most demonstrations take 3 actions or more.
 - ``demonstrate(env, task) -> (record, reason)``: one trajectory record (schema below) for ``task.seed``,
   and why it failed (None for a success).
-- ``SUITE_EXPERTS``: the site suite's task family name (sitesuite.py) -> solver, one per family; they read
+- ``SUITE_EXPERTS``: the site suite's task family name (env/sitesuite.py) -> solver, one per family; they read
   their values from the generated intent, log in first on a logged-out start, and answer through
-  ``exit(message=...)``, which env.py's WebArena rubric scores (``solver_of(task)`` picks the expert).
+  ``exit(message=...)``, which env's WebArena rubric scores (``solver_of(task)`` picks the expert).
 - The CLI: (task, seed) jobs through ``rollout.Runner`` (``--concurrency`` contexts of one BrowserPool,
   the same failure policy as RL and evaluation: a page that fails to load or a demonstration longer than
   60 s ends that episode with a reason), a progress bar, a per-task success table, and the JSONL file
@@ -40,16 +40,16 @@ How solvers behave (and how this departs from the paper)
   social-media), "Wait" when the page changed after the observation was taken (an accordion that was
   still opening). social-media's icons swap their image on hover, so a first click can be lost; the
   solver clicks again when nothing happened. On ~2% of social-media seeds the wanted menu item cannot
-  be brought into the observation (env.py leaves out the open menu once its post is scrolled away, and
+  be brought into the observation (the env leaves out the open menu once its post is scrolled away, and
   the menu item is below the list without it), and the episode fails.
 - The natural-language e-mail variants (email-inbox-forward-nl, *-nl-turk) are parsed with the template
   lists their pages load (NAME / DEST / MSG slots), keeping readings whose sender is in the inbox. A few
   Turk templates swap the slots ("Find the email from DEST and forward it to NAME"); when both names
   are senders the solver reads the request literally and fails on those seeds (~1-2%).
 - Not covered: click-test-2 and click-button-sequence (the two buttons are placed at random and the
-  one to click first is covered by the other in ~10% of seeds; env.py clicks the element's centre,
+  one to click first is covered by the other in ~10% of seeds; the env clicks the element's centre,
   which then lands on the covering button), and tasks that need drag, canvas coordinates or copy-paste.
-- Demonstrations run with a 10 s action timeout (``ENV_KWARGS``) instead of env.py's 2 s, so that a
+- Demonstrations run with a 10 s action timeout (``ENV_KWARGS``) instead of env's 2 s, so that a
   busy 2-core box does not fail them; observations are unaffected.
 
 Seeds: ``--split train`` draws from ``env.DEMO_SEEDS`` (0 .. 99_999), ``--split eval`` from ``env.EVAL_SEEDS``
@@ -89,9 +89,9 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
 import env as webenv
-import sitesuite   # the site suite: its account and family name (env registers the family)
-from actions import Action, format_action   # the action grammar
 from compress import PromptKind, format_response   # the response format lives in compress.py
+from env import sitesuite   # the site suite: its account and family name (env registers the family)
+from env.actions import Action, format_action   # the action grammar
 from rollout import Runner
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
@@ -101,15 +101,15 @@ log = logging.getLogger("experts")
 
 # ---- seeds ----
 
-# One definition, in tasks.py (eval.py and train_mgrpo.py use the same ranges):
+# One definition, in env/tasks.py (eval.py and train_mgrpo.py use the same ranges):
 TRAIN_SEEDS = webenv.DEMO_SEEDS      # range(0, 100_000): demonstrations (RL and validation have their own)
 EVAL_SEEDS = webenv.EVAL_SEEDS       # range(1_000_000, 2_000_000): held-out evaluation pages
 SPLITS = {"train": TRAIN_SEEDS, "eval": EVAL_SEEDS}
 
 EPISODE_TIMEOUT_S = 60.0      # one demonstration, reset included
 # WebEnv options for demonstrations: a generous action timeout, so that a click on a loaded 2-core box
-# is not refused after env.py's default 2 s (the observations do not depend on it). The observation cap is
-# env.py's default, env.MAX_OBS_CHARS, the one RL and evaluation use too.
+# is not refused after env's default 2 s (the observations do not depend on it). The observation cap is
+# env's default, env.MAX_OBS_CHARS, the one RL and evaluation use too.
 ENV_KWARGS: dict[str, Any] = {"action_timeout_ms": 10_000}
 
 
@@ -130,7 +130,7 @@ class EpisodeOver(Exception):
 #   container with more in it (a labelled e-mail row around an unlabelled, scrolled-away star icon is a
 #   different element).
 # - where: 'hidden' (not rendered), 'down' / 'up' (wholly or partly scrolled out of its scrolling
-#   container or of the window: env.py may leave out an element that only peeks into view), 'shown'
+#   container or of the window: the env may leave out an element that only peeks into view), 'shown'
 #   (on screen now: the page changed after the observation was taken).
 _LOOKUP_JS = """els => {
   if (els.length === 0) return null;
@@ -313,7 +313,7 @@ def observed_elements(obs_text: str) -> dict[int, str]:
             near = "..." + near[-40:].split(" ", 1)[-1]
         if text:
             out[el] = f'{kind} {el} "{text.replace(_DQ, _SQ)}"'
-        elif attrs.get("class"):            # env.py's hint for a text-less control (an icon)
+        elif attrs.get("class"):            # env's hint for a text-less control (an icon)
             out[el] = f'{kind} {el} (class "{_clean(attrs["class"])}"' + (f', after "{near}")' if near else ")")
         else:
             out[el] = f'{kind} {el} (after "{near}")' if near else f"{kind} {el}"
@@ -786,10 +786,10 @@ async def social_media(d: Demo) -> None:
     await d.click(item, f"the '{(await item.first.inner_text()).strip()}' menu item")
 
 
-# ---- site suite (sitesuite.py): WebArena-format tasks on the local shop + forum ----
+# ---- site suite (env/sitesuite.py): WebArena-format tasks on the local shop + forum ----
 # SUITE_EXPERTS maps a suite task family to its solver. The intents are generated from templates
 # (sitesuite.FAMILIES), so each solver reads its values from the intent; answers go out through
-# exit(message=...) and are scored by env.py's WebArena rubrics. A logged-out start (edit-profile on odd
+# exit(message=...) and are scored by env's WebArena rubrics. A logged-out start (edit-profile on odd
 # seeds) shows the login form: the solver logs in first with the credentials the intent states.
 
 SUITE_EXPERTS: dict[str, Solver] = {}
@@ -1016,7 +1016,7 @@ class Args:
     max_obs_chars: int = 0
     """observation length cap passed to the env (0 = the env's default)"""
     chromium: str = ""
-    """Chromium executable (empty = env.py's default)"""
+    """Chromium executable (empty = env's default)"""
     browser_endpoint: str = ""
     """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
     scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);

@@ -314,7 +314,7 @@ _FILLER_WORDS = ["Ok", "Submit", "yes", "no", "cancel", "login", "password", "se
 
 def tiny_corpus(max_pages: int | None = None) -> list[str]:
     """Environment text for the tiny tokenizer: the MiniWoB++ task pages shipped in the ``miniwob`` package
-    (read as files; env.py is not imported) + action strings and prompt words repeated so BPE learns them."""
+    (read as files; env is not imported) + action strings and prompt words repeated so BPE learns them."""
     spec = importlib.util.find_spec("miniwob")
     pages: list[str] = []
     if spec is not None and spec.submodule_search_locations:

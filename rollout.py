@@ -2,13 +2,13 @@
 and the runner that drives many episodes over a pool of browser contexts.
 
 - ``rollout(env, backend, tokenizer, task, cfg)``: one episode. Each step renders the history with dynamic
-  context compression (compress.py), generates one response (policy.py) and executes it (env.py). Every
+  context compression (compress.py), generates one response (policy.py) and executes it (env/). Every
   step is kept as a token-exact ``Sample`` (the prompt ids the policy saw + the ids it generated, never
   re-tokenized), so M-GRPO scores each action under the context it was generated in.
 - ``Runner``: N episodes over at most ``size`` browser contexts of one ``env.BrowserPool``, with one policy
   for what goes wrong. Each of these ends that episode with a recorded reason while the run goes on:
   * a failed reset (the start page does not load, the browser died twice): ``done_reason "reset_failed: ..."``;
-  * a crash during the episode (page, context or browser gone): env.py's ``done_reason "crash"``;
+  * a crash during the episode (page, context or browser gone): env's ``done_reason "crash"``;
   * an episode longer than ``timeout_s``: ``"timeout"``, and its browser context is replaced;
   * a prompt that no longer fits ``max_context`` (possible with ``compress=False``): ``"context_overflow: ..."``.
   The first three are the environment's fault, not the policy's: ``Trajectory.env_error`` says so, and

@@ -56,7 +56,7 @@ import torch
 import env as webenv
 import policy
 import trainlib
-import webarena
+from env import webarena
 from rollout import EpisodeConfig, Job, Runner, Sample, Trajectory, rollouts
 
 log = logging.getLogger("webagent.mgrpo")
@@ -111,7 +111,7 @@ class Args:
     same, so a long trajectory's actions weigh less); flat = 1/(n G mean|tau| |a_ij|) (every action of a group
     weighs the same: an action that successes and failures share nets zero, train/shared_pushed_down)"""
     invalid_turns: Literal["keep", "no-credit"] = "keep"
-    """an unparsable response (a turn env.py answered with a parse error): keep (the paper's: it shares its
+    """an unparsable response (a turn the env answered with a parse error): keep (the paper's: it shares its
     trajectory's advantage, positive in a success) or no-credit (its advantage is min(A_i, 0): a broken turn is
     never pushed up)"""
     advantage: Literal["grpo", "gigpo"] = "grpo"

@@ -1,4 +1,4 @@
-"""Benchmark of env.py on real Chromium, printed in one run:
+"""Benchmark of env/ on real Chromium, printed in one run:
 - env steps/s with 1 and with N contexts stepping concurrently (Click on click-checkboxes boxes);
 - median observation extraction ms on MiniWoB pages and on a synthetic ~1 MB page (targets: <= 30 ms, <= 300 ms);
 - raw HTML characters / observation characters on both;
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import browser  # noqa: E402  (where WebEnv reads proxy_settings: the --sandbox A/B swaps it there)
+from env import browser  # noqa: E402  (where WebEnv reads proxy_settings: the --sandbox A/B swaps it there)
 import env  # noqa: E402
 
 
@@ -323,8 +323,8 @@ def versions_ab(args: Args) -> None:
     import json
     import subprocess
     trees = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parent.parent}
-    if not (trees["before"] / "env.py").exists():
-        raise SystemExit(f"--before {args.before}: no env.py there (a checkout of this repository is expected)")
+    if not any((trees["before"] / f).exists() for f in ("env/__init__.py", "env.py")):   # env.py: before env/
+        raise SystemExit(f"--before {args.before}: no env/ there (a checkout of this repository is expected)")
     procs = {v: subprocess.Popen([sys.executable, "-c", _VERSION_RUN, str(args.rounds), str(args.sandbox_steps)],
                                  cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for v, tree in trees.items()}

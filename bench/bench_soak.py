@@ -1,4 +1,4 @@
-"""Soak benchmark of env.py: does memory stay flat over thousands of episodes?
+"""Soak benchmark of env/: does memory stay flat over thousands of episodes?
 
 N contexts (default 8) run MiniWoB episodes back to back, as RL rollouts do: reset on a new seed, then a
 few actions of a random agent (a click on an element of the observation, or a typed word), until the page

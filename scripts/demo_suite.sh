@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo-suite`: the paper's on-policy argument (Sec. 1: after "log out", "edit your profile" needs a log-in
-# first) trained end to end on the site suite (sitesuite.py), with the tiny CPU model:
+# first) trained end to end on the site suite (env/sitesuite.py), with the tiny CPU model:
 #
 #   1. expert demonstrations that never start logged out (the off-policy data of the paper's example):
 #      stop-newsletter started logged in (on the profile page: Edit profile -> newsletter "never" -> Save ->

@@ -16,8 +16,7 @@ import pytest
 from playwright.async_api import Error as PlaywrightError
 
 import env
-import miniwob_tasks
-from env import load_tasks
+from env import load_tasks, miniwob
 
 
 def task(name: str, seed: int = 0, **kw) -> env.Task:
@@ -246,7 +245,7 @@ def pages_url():
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
-    handler = functools.partial(Quiet, directory=str(miniwob_tasks._miniwob_html_dir()))
+    handler = functools.partial(Quiet, directory=str(miniwob._miniwob_html_dir()))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -1,6 +1,7 @@
-"""The project's module layout (README, "Layout"): no import cycle among its modules, dependencies flow one way
-(leaves import no script, no script imports another), every task family joins the same way, and the names
-users call as ``env.<name>`` keep working wherever they now live."""
+"""The project's module layout (README, "Layout"): the environment as one package (env/), no import cycle among
+the modules (type hints included), dependencies flow one way (leaves import no script, no script imports another,
+the environment imports nothing of the method but the response format), every task family joins the same way,
+and the names users call as ``env.<name>`` keep working."""
 import ast
 import subprocess
 import sys
@@ -9,33 +10,43 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = {p.stem for p in ROOT.glob("*.py")}
-LEAVES = {"compress", "policy", "trainlib", "actions", "tasks", "sandbox"}
+#: The project's modules by import name: the scripts and method modules at the top level, the environment as the
+#: package ``env`` (``env`` itself is its __init__.py).
+MODULES = {p.stem for p in ROOT.glob("*.py")} | {"env"} | {
+    f"env.{p.stem}" for p in (ROOT / "env").glob("*.py") if p.stem != "__init__"}
+LEAVES = {"compress", "policy", "trainlib", "env.actions", "env.tasks", "env.sandbox"}
 SCRIPTS = {"train_bc", "train_mgrpo", "eval", "pretrain"}
+ENV_PARTS = {m for m in MODULES if m.startswith("env.")}
+
+
+def source(module: str) -> Path:
+    if module == "env":
+        return ROOT / "env" / "__init__.py"
+    return ROOT / (module.replace(".", "/") + ".py")
 
 
 def imports_of(module: str) -> set[str]:
-    """Project modules that ``module`` imports anywhere in its code (functions too), not counting
-    ``if TYPE_CHECKING:`` blocks (type hints only, never run)."""
+    """Project modules that ``module`` imports anywhere in its code: functions and ``if TYPE_CHECKING:`` blocks
+    too (a cycle through type hints is still a cycle a reader follows). ``from env import webarena`` imports
+    env.webarena (and env, whose __init__ runs first; env's own modules import their siblings relatively)."""
+    package = "env" if module == "env" or module.startswith("env.") else ""
     found: set[str] = set()
-
-    class Visitor(ast.NodeVisitor):
-        def visit_If(self, node: ast.If) -> None:
-            if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-                for child in node.orelse:
-                    self.visit(child)
-            else:
-                self.generic_visit(node)
-
-        def visit_Import(self, node: ast.Import) -> None:
+    for node in ast.walk(ast.parse(source(module).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
             found.update(a.name.split(".")[0] for a in node.names)
-
-        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-            if node.module and node.level == 0:
-                found.add(node.module.split(".")[0])
-
-    Visitor().visit(ast.parse((ROOT / f"{module}.py").read_text(encoding="utf-8")))
-    return (found & MODULES) - {module}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, [package, base]))
+            else:
+                found.add(base.split(".")[0])
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    found = {m for m in found if m in MODULES} - {module}
+    if module in ENV_PARTS:
+        found.discard("env")        # a sibling's relative import, not a use of the package's front
+    return found
 
 
 def test_no_import_cycle_and_dependencies_flow_one_way():
@@ -57,38 +68,47 @@ def test_no_import_cycle_and_dependencies_flow_one_way():
         assert graph[leaf] <= LEAVES, f"{leaf} is a leaf but imports {sorted(graph[leaf] - LEAVES)}"
     for script in SCRIPTS:
         assert not graph[script] & SCRIPTS, f"{script} imports the script(s) {sorted(graph[script] & SCRIPTS)}"
-    # nothing below env imports it: env gathers the modules, the loop and the scripts use env
-    assert not [m for m in ("actions", "tasks", "sandbox", "browser", "execute", "miniwob_tasks", "webarena",
-                            "sitesuite") if "env" in graph[m]]
-    assert "env" not in graph["compress"] and not graph["actions"] - {"compress"}
+    # the environment is below the method: nothing in env imports a top-level module but compress (the response
+    # format); env/__init__.py gathers the package, its modules never import it
+    for part in ENV_PARTS:
+        assert graph[part] <= ENV_PARTS | {"compress"}, f"{part} imports {sorted(graph[part] - ENV_PARTS)}"
+    assert not graph["compress"] & (ENV_PARTS | {"env"}) and not graph["env.actions"] - {"compress"}
+
+
+def test_the_top_level_keeps_the_scripts_and_the_method():
+    """The environment lives in env/ with its public API as explicit names (no module __getattr__); the top level
+    holds the scripts a reader runs and the modules of the method, about a dozen at most."""
+    top = sorted(p.stem for p in ROOT.glob("*.py"))
+    assert len(top) <= 12, top
+    init = (ROOT / "env" / "__init__.py").read_text(encoding="utf-8")
+    assert "__getattr__" not in init
 
 
 def test_the_three_families_join_the_same_way():
     """Each family module registers itself on import; ``import env`` alone finds all three, in a fresh
     interpreter (no script or test imported anything first)."""
-    code = ("import env, tasks; print(sorted(tasks._FAMILIES)); "
+    code = ("import env; from env import tasks; print(sorted(tasks._FAMILIES)); "
             "print(len(env.load_tasks('miniwob:click-button,login-user')), "
             "env.load_tasks('suite:add-to-cart')[0].family)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["['miniwob', 'suite', 'webarena']", "2 suite"]
-    for module, name in (("miniwob_tasks", "MiniWoBFamily"), ("webarena", "WebArenaFamily"),
-                         ("sitesuite", "SuiteFamily")):
-        source = (ROOT / f"{module}.py").read_text(encoding="utf-8")
-        assert f"register_family({name}())" in source, module
+    for module, name in (("env.miniwob", "MiniWoBFamily"), ("env.webarena", "WebArenaFamily"),
+                         ("env.sitesuite", "SuiteFamily")):
+        assert f"register_family({name}())" in source(module).read_text(encoding="utf-8"), module
 
 
 @pytest.mark.parametrize("name, home", [
-    ("load_tasks", "tasks"), ("Task", "tasks"), ("TaskFamily", "tasks"), ("register_family", "tasks"),
-    ("family_of", "tasks"), ("EpisodeCrash", "tasks"), ("EVAL_SEEDS", "tasks"), ("RL_SEEDS", "tasks"),
-    ("parse_action", "actions"), ("format_action", "actions"), ("Action", "actions"),
-    ("ActionParseError", "actions"), ("ACTION_NAMES", "actions"), ("NEEDS_ELEMENT", "actions"),
-    ("BrowserPool", "browser"), ("WebEnv", "browser"), ("Observation", "browser"), ("StepResult", "browser"),
-    ("find_chromium", "browser"), ("start_browser_server", "browser"), ("MAX_OBS_CHARS", "browser"),
-    ("host_entry", "sandbox"), ("url_allowed", "sandbox"), ("proxy_settings", "sandbox"),
-    ("MiniWoBFamily", "miniwob_tasks"), ("miniwob_task", "miniwob_tasks"), ("MINIWOB_UNSOLVABLE", "miniwob_tasks"),
-    ("evaluate", "webarena"), ("load_webarena_tasks", "webarena"), ("webarena_login", "webarena"),
-    ("WebArenaFamily", "webarena"), ("SitePool", "webarena"), ("SuiteFamily", "sitesuite"),
+    ("load_tasks", "env.tasks"), ("Task", "env.tasks"), ("TaskFamily", "env.tasks"), ("register_family", "env.tasks"),
+    ("family_of", "env.tasks"), ("EpisodeCrash", "env.tasks"), ("EVAL_SEEDS", "env.tasks"), ("RL_SEEDS", "env.tasks"), ("TaskEnv", "env.tasks"),
+    ("parse_action", "env.actions"), ("format_action", "env.actions"), ("Action", "env.actions"),
+    ("ActionParseError", "env.actions"), ("ACTION_NAMES", "env.actions"), ("NEEDS_ELEMENT", "env.actions"),
+    ("BrowserPool", "env.browser"), ("WebEnv", "env.browser"), ("Observation", "env.browser"), ("StepResult", "env.browser"),
+    ("find_chromium", "env.browser"), ("start_browser_server", "env.browser"), ("MAX_OBS_CHARS", "env.browser"),
+    ("host_entry", "env.sandbox"), ("url_allowed", "env.sandbox"), ("proxy_settings", "env.sandbox"),
+    ("MiniWoBFamily", "env.miniwob"), ("miniwob_task", "env.miniwob"), ("MINIWOB_UNSOLVABLE", "env.miniwob"),
+    ("evaluate", "env.webarena"), ("load_webarena_tasks", "env.webarena"), ("webarena_login", "env.webarena"),
+    ("WebArenaFamily", "env.webarena"), ("SitePool", "env.webarena"), ("SuiteFamily", "env.sitesuite"),
 ])
 def test_public_names_keep_working_from_env(name, home):
     import importlib
@@ -97,10 +117,24 @@ def test_public_names_keep_working_from_env(name, home):
     assert getattr(env, name) is getattr(importlib.import_module(home), name)
 
 
-def test_env_py_runs_a_task_by_hand():
-    """``python env.py TASK SEED``, the README's manual check: the observation, then actions from stdin until the
+def test_every_name_env_imports_is_its_modules_own():
+    """env/__init__.py's names are the package's modules' own objects (explicit imports, nothing re-made)."""
+    import importlib
+
+    import env
+    tree = ast.parse((ROOT / "env" / "__init__.py").read_text(encoding="utf-8"))
+    names = [(f"env.{n.module}" if n.module else f"env.{a.name}", a.name) for n in tree.body if isinstance(n, ast.ImportFrom) and n.level
+             for a in n.names]
+    assert len(names) > 70
+    for home, name in names:
+        module = importlib.import_module(home)
+        assert getattr(env, name) is (module if home == f"env.{name}" else getattr(module, name)), (home, name)
+
+
+def test_python_m_env_runs_a_task_by_hand():
+    """``python -m env TASK SEED``, the README's manual check: the observation, then actions from stdin until the
     episode ends (real Chromium)."""
-    out = subprocess.run([sys.executable, "env.py", "miniwob:click-button", "3"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "env", "miniwob:click-button", "3"], cwd=ROOT, capture_output=True,
                          text=True, timeout=180, input='do(action="Type", argument="x", element="1")\n'
                                                       'do(action="Click", element="0")\n')
     assert out.returncode == 0, out.stderr[-2000:]

@@ -1,5 +1,5 @@
-"""The site suite (sitesuite.py): a real HTTP server with per-trajectory sqlite sandboxes, WebArena-format task
-configs checked by env.py's loader, episodes in real Chromium scored only by env.py's WebArena rubrics, and
+"""The site suite (env/sitesuite.py): a real HTTP server with per-trajectory sqlite sandboxes, WebArena-format task
+configs checked by env's loader, episodes in real Chromium scored only by env's WebArena rubrics, and
 the scripted experts of every family (experts.py).
 
 Run: .venv/bin/python -m pytest -q tests/test_sitesuite.py            (about a minute on an idle 2-core box)
@@ -22,7 +22,7 @@ import pytest
 
 import env
 import experts
-import sitesuite
+from env import sitesuite
 
 
 def opener() -> urllib.request.OpenerDirector:
@@ -291,7 +291,7 @@ def test_replicas_keep_concurrent_trajectories_of_a_shared_site_apart(run, pool,
     its own replica, and both replicas are reset after them; with one replica, B waits for A's lease and the
     reset that follows it, and scores 0 too."""
     import rollout
-    import webarena
+    from env import webarena
     seed = _location_seed()
     target = sitesuite.task_config("edit-profile@in", seed, "http://h")["instantiation_dict"]["value"]
     start = sitesuite.world(seed).profile["location"]
@@ -353,7 +353,7 @@ async def _until(ready) -> None:
 
 
 def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp_path):
-    """As docs/webarena.md and docs/environment.md run it: two servers in shared-state mode (``sitesuite.py
+    """As docs/webarena.md and docs/environment.md run it: two servers in shared-state mode (``python -m env suite
     --shared SEED``), that seed's configs as WebArena configs, WA_SUITE listing both with a reset URL, and the
     browsers behind a Playwright browser server (``--browser-endpoint``); eval.py and train_mgrpo.py (the tiny
     untrained model) run their episodes there: both replicas take episodes, each is reset before its first
@@ -375,7 +375,7 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
     environ = {k: v for k, v in os.environ.items() if k not in ("SITESUITE_URL", "RANK", "WORLD_SIZE")}
     environ.update(PYTHONUNBUFFERED="1", TORCH_EXTENSIONS_DIR=str(root / ".torch_extensions"))
     logs = [tmp_path / f"server{i}.log" for i in range(2)]
-    servers = [subprocess.Popen([sys.executable, "sitesuite.py", "--port", str(p), "--shared", str(seed)], cwd=root,
+    servers = [subprocess.Popen([sys.executable, "-m", "env", "suite", "--port", str(p), "--shared", str(seed)], cwd=root,
                                 env=environ, stdout=open(log, "w"), stderr=subprocess.STDOUT)
                for p, log in zip(ports, logs)]
     try:
@@ -384,7 +384,7 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
             assert time.time() < deadline and all(s.poll() is None for s in servers), [log.read_text() for log in logs]
             time.sleep(0.2)
         configs = tmp_path / "configs.json"
-        subprocess.run([sys.executable, "sitesuite.py", "--configs", str(configs), "--shared", str(seed), "--tasks",
+        subprocess.run([sys.executable, "-m", "env", "suite", "--configs", str(configs), "--shared", str(seed), "--tasks",
                         "edit-profile@in,add-to-cart", "--port", str(ports[0])], cwd=root, env=environ, check=True)
         environ.update(WA_SUITE=" ".join(urls), WA_SUITE_RESET="{url}/__reset")
         try:

@@ -5,7 +5,7 @@ Covers: placeholder substitution from WA_<SITE> / <SITE>, malformed configs reje
 task id and field named, the config shapes of the public files (tests/webarena_shapes.json), the two
 rubrics ("vab" = VisualAgentBench's WebArena-Lite evaluators, "webarena" = WebArena's) verdict for verdict
 on a table of cases from real configs, judge and helper plumbing, the built-in `func:` helpers against the
-site's Magento / GitLab / Postmill stand-ins, logins (webarena_login, `python env.py login`, a reset with an
+site's Magento / GitLab / Postmill stand-ins, logins (webarena_login, `python -m env login`, a reset with an
 unusable storage_state), multi-tab start_url, storage_state, and the paper's example (log out, then edit
 the profile) as two configs solved by an agent acting only through env.step.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import env
-import webarena
+from env import webarena
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -1063,7 +1063,7 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
     monkeypatch.setattr(webarena, "_LOGIN_CHECKS", {})                           # a new run
     with pytest.raises(ValueError, match=re.escape(
             f"task 0 (gitlab+reddit): storage_state {state}: the login no longer holds (gitlab: ") + ".*" + re.escape(
-            f"renew it with python env.py login --sites gitlab,reddit --out {auth}")):
+            f"renew it with python -m env login --sites gitlab,reddit --out {auth}")):
         run(reset(tasks[0]))
     run(env.webarena_login(["reddit", "gitlab"], str(auth), pool=pool, accounts=bob))
     calls.clear()
@@ -1094,7 +1094,7 @@ def test_require_login_without_a_usable_state_fails_at_reset(site, tmp_path, poo
     (tmp_path / ".auth" / "old_state.json").write_text(json.dumps({"cookies": [
         {"name": "session", "value": "x", "domain": "127.0.0.1", "path": "/", "expires": 1_000_000_000}], "origins": []}))
     (tmp_path / ".auth" / "junk_state.json").write_text("{")
-    cases = [("./.auth/shopping_state.json", "no such file; make it with python env.py login --sites shopping "
+    cases = [("./.auth/shopping_state.json", "no such file; make it with python -m env login --sites shopping "
                                              f"--out {tmp_path / '.auth'}"),
              ("./.auth/empty_state.json", "holds no valid cookie"), ("./.auth/old_state.json", "holds no valid cookie"),
              ("./.auth/junk_state.json", "unreadable")]

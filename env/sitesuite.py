@@ -1,6 +1,6 @@
 """A small WebArena-format site suite that runs anywhere: a shop and a forum behind a login, served by a real
 HTTP server on 127.0.0.1 with a sqlite database, plus task families in WebArena's own config format, scored
-only by env.py's WebArena rubrics (``env.evaluate``).
+only by env's WebArena rubrics (``env.evaluate``).
 
 Why: MiniWoB++ pages are stateless single pages scored by the page itself, and the real WebArena needs six
 docker sites. This suite has state (a cart, orders, posts, a profile), a login, and answers given through
@@ -8,7 +8,7 @@ docker sites. This suite has state (a cart, orders, posts, a profile), a login, 
 argument (Sec. 1) can be trained and measured on a laptop.
 
 What it implements
-- The site (``SuiteServer``; ``python sitesuite.py --port 8090`` serves it by hand): ``/login``, ``/logout``,
+- The site (``SuiteServer``; ``python -m env suite --port 8090`` serves it by hand): ``/login``, ``/logout``,
   ``/shop`` (product table, search box, category / sort dropdowns, pagination), ``/product/ID`` (quantity
   dropdown, add to cart), ``/cart``, ``/checkout`` (shipping city, shipping method), ``/orders``,
   ``/orders/ID``, ``/forum`` (posts, pagination), ``/forum/post/ID``, ``/forum/new``, ``/profile``,
@@ -26,7 +26,7 @@ What it implements
 - Task families (``FAMILIES``, README table): each turns (seed, base URL) into one task config in WebArena's
   format (task_id, sites, require_login, storage_state, start_url, intent, intent_template,
   instantiation_dict, eval{eval_types, reference_answers, reference_url, url_note, program_html}), checked by
-  env.py's own config loader. ``edit-profile`` is the paper's pair: its episodes start logged in (even
+  env's own config loader. ``edit-profile`` is the paper's pair: its episodes start logged in (even
   seeds) or logged out (odd seeds); ``edit-profile@in`` / ``edit-profile@out`` force one start type.
   ``stop-newsletter`` is the same pair with nothing to copy from the intent (``make demo-suite``), and
   ``log-in`` always starts logged out.
@@ -42,8 +42,8 @@ storage-state file the family writes itself (a signed cookie, no login run neede
 never needed, since every episode has its own sandbox.
 
 Run:
-    python sitesuite.py --port 8090                          # serve by hand (log in as alex / suite1234)
-    python sitesuite.py --configs out.json --tasks all --split eval --n 3   # write concrete configs
+    python -m env suite --port 8090                          # serve by hand (log in as alex / suite1234)
+    python -m env suite --configs out.json --tasks all --split eval --n 3   # write concrete configs
 """
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import webarena
-from tasks import DEMO_SEEDS, EVAL_SEEDS, Task, register_family
+from . import webarena
+from .tasks import DEMO_SEEDS, EVAL_SEEDS, Task, TaskEnv, register_family
 
 log = logging.getLogger("webagent.sitesuite")
 
@@ -954,7 +954,7 @@ def task_config(name: str, seed: int, base: str | None = None, standalone: bool 
 # ---- the task family seam (env.TaskFamily) ----
 
 class SuiteFamily(webarena.WebArenaFamily):
-    """The suite's tasks in env.py: ``load("all")`` / ``load("edit-profile@out,add-to-cart")`` gives one Task
+    """The suite's tasks in the env: ``load("all")`` / ``load("edit-profile@out,add-to-cart")`` gives one Task
     per family (id ``suite/NAME``; "all" = every family, and may be combined: "all,edit-profile@out"); an
     episode's seed picks the concrete config (``task_config``). A new context per episode gets a fresh sandbox
     cookie and, when the config says ``require_login``, the cookies of its ``storage_state`` file; ``start``
@@ -982,7 +982,7 @@ class SuiteFamily(webarena.WebArenaFamily):
         base = task.start_url.split("/", 3)
         return task_config(task.task_id.removeprefix("suite/"), task.seed, "/".join(base[:3]))
 
-    async def setup_context(self, env: Any, context: Any, task: Task) -> None:
+    async def setup_context(self, env: TaskEnv, context: Any, task: Task) -> None:
         cfg = self.config(task)
         base = cfg["start_url"].split("/", 3)
         origin = "/".join(base[:3])
@@ -992,7 +992,7 @@ class SuiteFamily(webarena.WebArenaFamily):
                 cookies += json.load(f)["cookies"]
         await context.add_cookies(cookies)
 
-    async def start(self, env: Any, page: Any, task: Task) -> Task:
+    async def start(self, env: TaskEnv, page: Any, task: Task) -> Task:
         # env's own config check (the one WebArena configs go through) builds the concrete task
         concrete = webarena.webarena_task(self.config(task))
         if concrete.start_url != task.start_url:          # a seed with its own start page
@@ -1000,7 +1000,7 @@ class SuiteFamily(webarena.WebArenaFamily):
         return dataclasses.replace(task, intent=concrete.intent, eval=concrete.eval,
                                    require_login=concrete.require_login, storage_state=concrete.storage_state)
 
-    async def score_exit(self, env: Any, page: Any, task: Task, message: str | None,
+    async def score_exit(self, env: TaskEnv, page: Any, task: Task, message: str | None,
                          info: dict[str, Any]) -> float:
         """env.evaluate under this family's rubric; an env given no SuiteFamily of its own but a WebArenaFamily
         (eval.py / train_mgrpo.py ``--rubric``) scores suite tasks under that family's rubric too."""
@@ -1025,7 +1025,7 @@ register_family(SuiteFamily())
 # ---- command line ----
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m env suite", description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=8090, help="port to serve on (127.0.0.1)")
     ap.add_argument("--configs", default="", help="write concrete task configs (WebArena JSON) here and exit")
     ap.add_argument("--tasks", default="all", help="families for --configs: all, or NAME[,NAME...]")
@@ -1057,6 +1057,3 @@ def main(argv: list[str] | None = None) -> int:
         server.httpd.server_close()
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,9 +1,9 @@
-"""WebArena / WebArena-Lite for WebAgent-R1, a task family of env.py: config loading, VisualAgentBench's and
+"""WebArena / WebArena-Lite for WebAgent-R1, a task family of the env package: config loading, VisualAgentBench's and
 WebArena's rubrics (string_match, url_match, program_html) reproduced with their quirks, the built-in helper
-functions, and the sites' logins (``python webarena.py login``; ``python env.py login`` is the same).
+functions, and the sites' logins (``python -m env login``).
 
-The family registers itself when this module is imported (it imports tasks.py, sandbox.py and browser.py, never
-env); env.py imports it, so ``env.load_tasks("<config>.json")`` and the ``env.<name>`` spellings of its public
+The family registers itself when this module is imported (it imports env/tasks.py, env/sandbox.py and env/browser.py, never
+env); env/__init__.py imports it, so ``env.load_tasks("<config>.json")`` and the ``env.<name>`` spellings of its public
 names (``env.evaluate``, ``env.load_webarena_tasks``, ``env.webarena_login``, ...) work wherever env is imported.
 
 The environment knows this module only as a task family (WebArenaFamily) and by:
@@ -43,7 +43,7 @@ comments below and in docs/webarena.md ("Rubrics"). Common to both:
   reason in `details["reasons"]` when the caller passes a `details` dict. Scores of eval types multiply.
 - `func:` helpers: the five that the public configs name are built in (WEBARENA_HELPERS, "helper functions"
   below); ``helpers=`` adds others or replaces them by name.
-- Logins come from storage_state files, which ``webarena_login`` (``python env.py login``) writes as
+- Logins come from storage_state files, which ``webarena_login`` (``python -m env login``) writes as
   WebArena's auto_login.py does. A reset with a storage_state that cannot log in (no such file, no valid
   cookie) raises ValueError saying how to make it (check_storage_state); require_login with no storage_state
   runs without one (WebArena-Lite's map tasks: the map has no login).
@@ -76,10 +76,10 @@ from typing import Any, AsyncIterator, Sequence
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
-from browser import BrowserPool, WebEnv
-from sandbox import host_entry, new_proxied_context, outside_hosts_re
-from tasks import EpisodeCrash, Task, TaskFamily, family_of, register_family
-from tasks import first_line as _first_line
+from .browser import BrowserPool, WebEnv
+from .sandbox import host_entry, new_proxied_context, outside_hosts_re
+from .tasks import EpisodeCrash, Task, TaskFamily, family_of, register_family
+from .tasks import first_line as _first_line
 
 _wa_log = logging.getLogger("env.webarena")
 # inside a leased episode (SitePool.lease): site name -> the URL of the replica it holds
@@ -1142,7 +1142,7 @@ def check_storage_state(task: Task) -> None:
     """Raise ValueError when ``task.storage_state`` cannot log the task in: no such file, not a Playwright
     storage state, or (for a ``require_login`` task) no cookie that is still valid. The message says how to make
     it, e.g. "task 436 (shopping): storage_state /w/.auth/shopping_state.json: no such file; make it with
-    python env.py login --sites shopping --out /w/.auth"."""
+    python -m env login --sites shopping --out /w/.auth"."""
     path = task.storage_state
     if not path:
         return
@@ -1180,7 +1180,7 @@ def _state_sites(task: Task) -> list[str]:
 
 def _login_command(task: Task) -> str:
     sites = ",".join(_state_sites(task)) or "SITES"
-    return f"python env.py login --sites {sites} --out {os.path.dirname(task.storage_state or '') or '.'}"
+    return f"python -m env login --sites {sites} --out {os.path.dirname(task.storage_state or '') or '.'}"
 
 
 # storage-state checks of this process: (path, mtime) -> the check's task (its result: a problem or None)
@@ -1189,10 +1189,10 @@ _LOGIN_CHECKS: dict[tuple[str, int], asyncio.Task] = {}
 
 async def check_login_alive(browser: Any, task: Task) -> None:
     """Raise ValueError when ``task.storage_state`` no longer signs in, e.g. the site was reset since
-    ``python env.py login`` ran, with the command that renews it. As WebArena's auto_login re-checks a stored
+    ``python -m env login`` ran, with the command that renews it. As WebArena's auto_login re-checks a stored
     session (``is_expired``): a fresh context holding only the file's state opens one signed-in-only page per
     site (``_signed_in``). Once per file per process (again when the file changes), for files named as
-    ``python env.py login`` names them (the names WebArena's configs use; another file's sites and accounts are
+    ``python -m env login`` names them (the names WebArena's configs use; another file's sites and accounts are
     unknown); sites whose URL is not configured here are not checked. A check that cannot load a page raises
     PlaywrightError (retried by reset)."""
     path = task.storage_state
@@ -1231,7 +1231,7 @@ async def _login_problem(browser: Any, path: str, sites: list[str]) -> str | Non
 
 def _login_cli(argv: list[str]) -> None:
     import argparse
-    ap = argparse.ArgumentParser(prog="python env.py login", description="Sign into WebArena sites and write the "
+    ap = argparse.ArgumentParser(prog="python -m env login", description="Sign into WebArena sites and write the "
                                  "storage-state files their task configs name.")
     ap.add_argument("--sites", default=",".join(LOGIN_SITES), help="comma-separated, from: " + ", ".join(LOGIN_SITES))
     ap.add_argument("--out", default=".auth", help="folder of the *_state.json files (configs say ./.auth)")
@@ -1453,7 +1453,7 @@ class SitePool:
             self._notify()
 
     async def _login(self, path: str, picked: list[Replica]) -> str:
-        """A storage-state file like ``path`` (named as ``python env.py login`` names them) signed into the
+        """A storage-state file like ``path`` (named as ``python -m env login`` names them) signed into the
         leased replicas since their last reset (a reset drops a site's sessions; WebArena's harness signs in
         again before each task too): ``<its folder>/replicas/<site><index>-<resets>/<its name>``, written once
         by ``webarena_login`` with WebArena's default accounts and shared by the leases of those replicas."""
@@ -1600,9 +1600,3 @@ class WebArenaFamily(TaskFamily):
 
 register_family(WebArenaFamily())
 
-
-if __name__ == "__main__":   # python webarena.py login --sites S,... --out DIR
-    import sys as _sys
-    if _sys.argv[1:2] != ["login"]:
-        raise SystemExit("usage: python webarena.py login [--sites S,...] [--out DIR] [--account SITE=USER:PASSWORD]")
-    _login_cli(_sys.argv[2:])

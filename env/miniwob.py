@@ -19,15 +19,12 @@ import json
 import mimetypes
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 from urllib.parse import unquote, urlsplit
 
 from playwright.async_api import Error as PlaywrightError
 
-from tasks import EpisodeStatus, Task, TaskFamily, register_family
-
-if TYPE_CHECKING:
-    from browser import WebEnv
+from .tasks import EpisodeStatus, Task, TaskEnv, TaskFamily, register_family
 
 MINIWOB_HOST = "miniwob.local"
 MINIWOB_BASE_URL = f"http://{MINIWOB_HOST}/"
@@ -132,7 +129,7 @@ class MiniWoBFamily(TaskFamily):
                 raise ValueError(f"no MiniWoB task named in 'miniwob:{body}'")
         return [miniwob_task(n) for n in names]
 
-    async def setup_context(self, env: WebEnv, context: Any, task: Task) -> None:
+    async def setup_context(self, env: TaskEnv, context: Any, task: Task) -> None:
         await context.route(re.compile(r"^http://" + re.escape(MINIWOB_HOST) + r"/"), self._serve)
 
     def _read(self, rel_path: str) -> bytes | None:
@@ -160,7 +157,7 @@ class MiniWoBFamily(TaskFamily):
     def observe_exclude(self, task: Task) -> Sequence[str]:
         return MINIWOB_EXCLUDE_IDS
 
-    async def start(self, env: WebEnv, page: Any, task: Task) -> Task:
+    async def start(self, env: TaskEnv, page: Any, task: Task) -> Task:
         """Seed the page's RNG, start the episode (core.startEpisodeReal), stop its countdown display (the timer it
         counts is disabled, and redrawing it every second on every open page took ~0.3 of a CPU core with 64
         pages), wait for WOB_TASK_READY, and fill in the intent: the page's utterance (some pages return

@@ -1,7 +1,7 @@
 """What a task is and how a kind of task joins the environment: ``Task``, the ``TaskFamily`` interface, the
 registry of families, ``load_tasks``, the MiniWoB seed ranges, and ``EpisodeCrash`` (how an episode ends
 with a recorded reason). No browser and no family here: each family lives in its own module and registers
-itself when imported (miniwob_tasks.py, webarena.py, sitesuite.py, or yours); env.py imports the three, so
+itself when imported (env/miniwob.py, env/webarena.py, env/sitesuite.py, or yours); env/__init__.py imports the three, so
 ``env.load_tasks(spec)`` finds them wherever env is imported.
 
     class Quiz(TaskFamily): ...          # see TaskFamily
@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Protocol, Sequence
 
-from sandbox import host_entry
+from .sandbox import host_entry
 
-if TYPE_CHECKING:                        # type hints only: the env imports this module, not the other way
-    from browser import WebEnv
 
 #: MiniWoB episode seeds (one seed = one page), in four disjoint ranges so that no two uses share a page:
 #: demonstrations (experts.py), RL rollouts (train_mgrpo.py, which wraps around inside its range whatever
@@ -94,6 +92,18 @@ def first_line(e: BaseException) -> str:
 
 
 # ---- task families: how a kind of task loads, starts, observes and scores its episodes ----
+class TaskEnv(Protocol):
+    """What a family's hooks may use of the env that runs them: browser.WebEnv, which imports this module (so
+    the hooks name this interface, not the class, and no import runs the other way)."""
+    nav_timeout_ms: int                  # the page-load timeout of the env's navigations
+    judge: Any                           # WebArena's fuzzy-match judge for evaluate(), or None
+    helpers: Any                         # WebArena's program_html helper functions for evaluate(), or None
+    families: dict[str, Any]             # this env's own families by name (else the registered ones)
+
+    async def eval_js(self, target: Any, js: str, arg: Any = None) -> Any:
+        """page/frame/locator .evaluate with the env's timeout."""
+
+
 # WebEnv runs every family the same way (in the spirit of BrowserGym's task classes): a context that reaches
 # only family.hosts(task), plus the family's own routes (setup_context) -> the start_url tab(s) ->
 # family.start -> after every action the observation and the family's status (status_js, read in the same
@@ -142,12 +152,12 @@ class TaskFamily:
         hosts = (host_entry(url) for url in task.start_url.split(" |AND| "))
         return tuple(h for h in hosts if h)
 
-    async def context_options(self, env: WebEnv, browser: Any, task: Task) -> dict[str, Any]:
+    async def context_options(self, env: TaskEnv, browser: Any, task: Task) -> dict[str, Any]:
         """Extra ``browser.new_context`` options for ``task``'s context. Default: its ``storage_state``
         (Playwright's cookies and local storage file), if any; WebArena's family checks the login first."""
         return {"storage_state": task.storage_state} if task.storage_state else {}
 
-    async def setup_context(self, env: WebEnv, context: Any, task: Task) -> None:
+    async def setup_context(self, env: TaskEnv, context: Any, task: Task) -> None:
         """Prepare a new Playwright context before any tab opens, e.g. ``await context.route(...)`` to serve
         pages without a server. Default: nothing."""
 
@@ -156,7 +166,7 @@ class TaskFamily:
         that is not part of the task. Default: none."""
         return ()
 
-    async def start(self, env: WebEnv, page: Any, task: Task) -> Task:
+    async def start(self, env: TaskEnv, page: Any, task: Task) -> Task:
         """Start the episode on the loaded start page (seeded by ``task.seed`` where the family has seeds) and
         return the task as the agent gets it (e.g. with the intent the page generated). Default: unchanged."""
         return task
@@ -176,7 +186,7 @@ class TaskFamily:
         agent left the task's page)."""
         return None
 
-    async def status(self, env: WebEnv, page: Any) -> EpisodeStatus | None:
+    async def status(self, env: TaskEnv, page: Any) -> EpisodeStatus | None:
         """The episode's status now (done, reward, raw reward, reason), or None. Default: ``status_js`` read
         on its own and given to ``read_status``. After an action WebEnv calls this only when ``status_js`` is
         None (else it reads status_js with the observation): override it for a status that is not in the page."""
@@ -184,7 +194,7 @@ class TaskFamily:
             return None
         return self.read_status(await env.eval_js(page, self.status_js))
 
-    async def score_exit(self, env: WebEnv, page: Any, task: Task, message: str | None,
+    async def score_exit(self, env: TaskEnv, page: Any, task: Task, message: str | None,
                          info: dict[str, Any]) -> float:
         """The binary reward of ``exit(message)``; details may go into ``info``. Default: the page-side status
         decides (a page that is not done yet scores 0; no status scores 0)."""
@@ -233,4 +243,4 @@ def load_tasks(spec: str) -> list[Task]:
         return _FAMILIES["webarena"].load(spec)
     raise ValueError(f"unknown task spec {spec!r}: use '<family>:<tasks>' (families: {', '.join(_FAMILIES)}) "
                      f"or the path of a config .json" + ("" if "webarena" in _FAMILIES else
-                                                          " (with webarena.py imported: import env)"))
+                                                          " (with env/webarena.py imported: import env)"))

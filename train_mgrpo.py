@@ -56,11 +56,14 @@ import torch
 import env as webenv
 import policy
 import trainlib
+import vllm_backend
 from env import webarena
 from rollout import EpisodeConfig, Job, Runner, Sample, Trajectory, rollouts
 
 log = logging.getLogger("webagent.mgrpo")
 
+
+# ---- config ----
 
 @dataclass
 class Args:
@@ -180,108 +183,6 @@ class Args:
     """continue from <out>/latest"""
 
 
-def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: int = 0) -> list[webenv.Task]:
-    """Groups cursor .. cursor+n-1 of the run: group k takes task k mod len(tasks) with its own episode
-    seed from env.RL_SEEDS, which the demonstrations (env.DEMO_SEEDS), the validation pages (env.VALID_SEEDS)
-    and the test pages (env.EVAL_SEEDS) never use: RL does not replay pages BC memorised, and no run length or
-    ``seed`` reaches a page that selects or measures it (families without seeds ignore it). ``pages`` > 0:
-    the seeds come from the first ``pages`` of env.RL_SEEDS only (with 1, every group of a task gets one page)."""
-    rl = webenv.RL_SEEDS[:pages] if pages else webenv.RL_SEEDS
-    turn = len(tasks) if pages else 1      # with ``pages``, a task's groups go through its pages in turn
-    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // turn) % len(rl)])
-            for k in range(cursor, cursor + n)]
-
-
-class TaskSampler:
-    """The task of each rollout group. ``"rotation"`` (the paper's): tasks in turn (``step_tasks``).
-    ``"pq"``: each group's task is drawn with weight max(p(1-p), ``floor``), where p is the task's running
-    rollout success (an exponential moving average of its groups' mean rewards, ``ema`` per group; an unseen
-    task counts as p = 0.5). A task the policy always or never solves yields groups of equal rewards, which
-    carry no gradient; p(1-p) is the variance of a group's rewards, so groups go where they can teach. Either
-    way group k keeps its own TRAIN_SEEDS page, and the running estimates are part of the checkpoint."""
-
-    def __init__(self, tasks: list[webenv.Task], mode: str = "rotation", seed: int = 0, rank: int = 0,
-                 ema: float = 0.3, floor: float = 0.02, pages: int = 0) -> None:
-        self.tasks, self.mode, self.seed, self.ema, self.floor, self.pages = tasks, mode, seed, ema, floor, pages
-        self.p: dict[str, float] = {}                      # task_id -> running success
-        self._rng = random.Random(seed * 1000 + rank)
-
-    def draw(self, cursor: int, n: int) -> list[webenv.Task]:
-        """Tasks of groups cursor .. cursor+n-1."""
-        groups = step_tasks(self.tasks, cursor, n, self.seed, self.pages)
-        if self.mode == "rotation":
-            return groups
-        weights = [self.weight(t.task_id) for t in self.tasks]
-        picks = self._rng.choices(self.tasks, weights, k=n)
-        return [dataclasses.replace(task, seed=g.seed) for task, g in zip(picks, groups)]
-
-    def weight(self, task_id: str) -> float:
-        p = self.p.get(task_id, 0.5)
-        return max(p * (1.0 - p), self.floor)
-
-    def observe(self, trajs: list[Trajectory]) -> None:
-        """Update the running success of each group's task (environment failures left out)."""
-        for members, _ in group_outcomes(trajs)[0]:
-            mean = sum(t.reward for t in members) / len(members)
-            tid = members[0].task_id
-            self.p[tid] = mean if tid not in self.p else (1 - self.ema) * self.p[tid] + self.ema * mean
-
-    def state(self) -> dict:
-        return {"p": dict(self.p), "rng": self._rng.getstate()}
-
-    def load_state(self, state: dict | None) -> None:
-        if state:
-            self.p = dict(state["p"])
-            rng = state["rng"]
-            self._rng.setstate((rng[0], tuple(rng[1]), rng[2]))   # JSON turned the tuples into lists
-
-
-def group_outcomes(trajs: list[Trajectory]) -> tuple[list[tuple[list[Trajectory], bool]], int]:
-    """Per group with >= 2 trajectories the environment did not end: (those trajectories, whether their
-    rewards are all equal); and the number of groups left without a baseline (< 2 valid trajectories)."""
-    by_group: dict[int, list[Trajectory]] = collections.defaultdict(list)
-    for t in trajs:
-        by_group[t.group].append(t)
-    out, dropped = [], 0
-    for members in by_group.values():
-        valid = [t for t in members if not t.env_error]
-        if len(valid) < 2:
-            dropped += 1
-        else:
-            out.append((valid, len({t.reward for t in valid}) == 1))
-    return out, dropped
-
-
-async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
-                        reduce_sum=lambda n: n) -> tuple[list[Trajectory], int, int]:
-    """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1: rounds of ``groups_per_rank``
-    groups (``draw(n)`` -> their tasks, ``roll(tasks, first_group)`` -> their trajectories, group ids
-    first_group..) until every rank together holds as many groups with unequal rewards as one round has
-    groups, or ``max_rounds`` rounds ran. Ranks agree on every decision (``reduce_sum`` over ranks).
-    Returns (all trajectories, rounds, groups with unequal rewards on this rank)."""
-    trajs: list[Trajectory] = []
-    rounds = 0
-    target = reduce_sum(groups_per_rank)
-    while True:
-        trajs += await roll(draw(groups_per_rank), rounds * groups_per_rank)
-        rounds += 1
-        informative = sum(not flat for _, flat in group_outcomes(trajs)[0])
-        if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
-            return trajs, rounds, informative
-
-
-# ---- log-probs of a batch of samples ----
-
-def forward_logprobs(model, samples: list[Sample], pad_id: int, device,
-                     temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
-    """Log-probs and entropies of the action tokens under ``model`` at ``temperature`` (the distribution the
-    rollouts sampled from: logits / T) for right-padded samples: [N, L] each (0 off the mask), + mask [N, L]."""
-    ids, attn, mask = trainlib.pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)
-    ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-    logp, ent, _ = trainlib.action_logprobs(model, ids, attn, mask, temperature=temperature)
-    return logp, ent, mask
-
-
 # ---- advantages ----
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
@@ -332,6 +233,8 @@ def step_advantages(valid: list[Trajectory], gamma: float, eps: float = 1e-6) ->
             adv[i][j] = v
     return adv, shared, differ
 
+
+# ---- Eq. 2: each sample's weight, and the loss ----
 
 def eq2_weights(group_of_traj: list[int], steps_per_traj: list[int], action_tokens: list[list[int]],
                 n_groups: int | None = None, flat: bool = False) -> list[list[float]]:
@@ -423,8 +326,6 @@ def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", reduce_sum=lamb
     return batch
 
 
-# ---- loss ----
-
 def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
                mask: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,
                clip_eps: float = 0.2, beta: float = 0.001) -> tuple[torch.Tensor, dict[str, float]]:
@@ -459,17 +360,445 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
     return loss, stats
 
 
-# ---- the training loop ----
+# ---- the update ----
 
-async def sync_weights(backend: policy.VLLMBackend, model: torch.nn.Module) -> None:
+def merge_identical(samples: list[Sample], adv: list[float], weight: list[float],
+                    same_advantage: bool = False) -> tuple[list[Sample], list[float], list[float]]:
+    """One loss term for the samples with the same ids and mask (the same action in the same context: G
+    trajectories of a group often take the same first action on their shared start page). Eq. 2 is a sum of
+    w_n * f(log-probs_n, A_n); equal ids give equal log-probs, so the terms merge exactly into one sample of
+    weight sum(w) and advantage sum(w A) / sum(w): when the ratio is 1 (one update per batch, where the
+    clipped surrogate's gradient is A * grad ratio whatever the sign of A), or, with ``same_advantage``,
+    only samples whose advantages are equal too (any ratio). Returns (samples, advantages, weights)."""
+    at: dict[tuple, int] = {}
+    out_s: list[Sample] = []
+    wsum: list[float] = []
+    wadv: list[float] = []
+    for s, a, w in zip(samples, adv, weight):
+        key = (tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ())
+        if key not in at:
+            at[key] = len(out_s)
+            out_s.append(s)
+            wsum.append(0.0)
+            wadv.append(0.0)
+        k = at[key]
+        wsum[k] += w
+        wadv[k] += w * a
+    return out_s, [wa / w if w else 0.0 for wa, w in zip(wadv, wsum)], wsum
+
+
+def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bool = True) -> dict[str, float]:
+    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2). ``fast``: identical samples
+    scored once (``merge_identical``) and micro-batches of samples of similar length (the loss is a weighted
+    sum, so their order is free; short prompts no longer pad to the step's longest); False: every sample in
+    rollout order, as before (bench/bench_rl_step.py compares them). Every rank runs the same number of
+    micro-batches (ZeRO-3 gathers parameters collectively): a rank with fewer pads with zero-weight ones."""
+    samples, adv, weight = batch.samples, batch.adv, batch.weight
+    order = list(range(len(samples)))
+    if fast:
+        samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
+        order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
+    n_micro = trainlib.all_reduce_max(math.ceil(len(samples) / args.micro_batch))
+    dummy = Sample([pad_id, pad_id], [0, 0])
+    index = [order[i * args.micro_batch:(i + 1) * args.micro_batch] or [len(samples)] for i in range(n_micro)]
+    chunks = [[samples[i] for i in idx if i < len(samples)] or [dummy] for idx in index]
+    adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0])
+    dev = engine.device
+    temp = args.score_temperature or args.episode.temperature   # scored as sampled: pi(a | h) at the rollouts' T
+
+    ref_logps, old_logps = [], []
+    with torch.no_grad():
+        for chunk in chunks:
+            if ref_model is not None:
+                ref_logps.append(trainlib.forward_logprobs(ref_model, chunk, pad_id, dev, temp)[0])
+            if args.updates_per_batch > 1:   # pi_old: the policy before the first update
+                old_logps.append(trainlib.forward_logprobs(engine, chunk, pad_id, dev, temp)[0])
+
+    totals: dict[str, float] = {"train/loss": 0.0, "train/kl": 0.0, "train/clip_frac": 0.0, "train/entropy": 0.0}
+    n_tok = 0.0
+    for _ in range(args.updates_per_batch):
+        for k, (chunk, idx) in enumerate(zip(chunks, index)):
+            logp, ent, mask = trainlib.forward_logprobs(engine, chunk, pad_id, dev, temp)         # [n, L] each
+            old = old_logps[k] if old_logps else logp.detach()                            # [n, L]
+            ref = ref_logps[k] if ref_logps else None                                     # [n, L]
+            loss, st = mgrpo_loss(logp, old, ref, mask, adv_t[idx].to(dev), w_t[idx].to(dev),
+                                  clip_eps=args.clip_eps, beta=args.beta)
+            engine.set_gradient_accumulation_boundary(k == len(chunks) - 1)
+            engine.backward(loss, scale_wrt_gas=False)   # the weights already normalise (Eq. 2)
+            gn = trainlib.grad_norm(engine) if k == len(chunks) - 1 else -1.0
+            engine.step()
+            totals["train/loss"] += float(loss.detach())
+            tok = st["tokens"]
+            n_tok += tok
+            totals["train/kl"] += st["kl"] * tok
+            totals["train/clip_frac"] += st["clip_frac"] * tok
+            totals["train/entropy"] += float((ent.detach() * mask).sum())
+    for key in ("train/kl", "train/clip_frac", "train/entropy"):
+        totals[key] /= max(n_tok, 1.0)
+    if ref_model is None:   # beta = 0: no reference, no KL to report
+        del totals["train/kl"]
+    totals["train/loss"] /= args.updates_per_batch
+    totals["train/grad_norm"] = trainlib.last_grad_norm(engine, gn)
+    totals["train/samples"] = float(len(batch.samples))
+    totals["train/samples_scored"] = float(len(samples))
+    totals["train/lr"] = engine.get_lr()[0]
+    return totals
+
+
+# ---- the rollouts of a step ----
+
+def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: int = 0) -> list[webenv.Task]:
+    """Groups cursor .. cursor+n-1 of the run: group k takes task k mod len(tasks) with its own episode
+    seed from env.RL_SEEDS, which the demonstrations (env.DEMO_SEEDS), the validation pages (env.VALID_SEEDS)
+    and the test pages (env.EVAL_SEEDS) never use: RL does not replay pages BC memorised, and no run length or
+    ``seed`` reaches a page that selects or measures it (families without seeds ignore it). ``pages`` > 0:
+    the seeds come from the first ``pages`` of env.RL_SEEDS only (with 1, every group of a task gets one page)."""
+    rl = webenv.RL_SEEDS[:pages] if pages else webenv.RL_SEEDS
+    turn = len(tasks) if pages else 1      # with ``pages``, a task's groups go through its pages in turn
+    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // turn) % len(rl)])
+            for k in range(cursor, cursor + n)]
+
+
+class TaskSampler:
+    """The task of each rollout group. ``"rotation"`` (the paper's): tasks in turn (``step_tasks``).
+    ``"pq"``: each group's task is drawn with weight max(p(1-p), ``floor``), where p is the task's running
+    rollout success (an exponential moving average of its groups' mean rewards, ``ema`` per group; an unseen
+    task counts as p = 0.5). A task the policy always or never solves yields groups of equal rewards, which
+    carry no gradient; p(1-p) is the variance of a group's rewards, so groups go where they can teach. Either
+    way group k keeps its own RL_SEEDS page, and the running estimates are part of the checkpoint."""
+
+    def __init__(self, tasks: list[webenv.Task], mode: str = "rotation", seed: int = 0, rank: int = 0,
+                 ema: float = 0.3, floor: float = 0.02, pages: int = 0) -> None:
+        self.tasks, self.mode, self.seed, self.ema, self.floor, self.pages = tasks, mode, seed, ema, floor, pages
+        self.p: dict[str, float] = {}                      # task_id -> running success
+        self._rng = random.Random(seed * 1000 + rank)
+
+    def draw(self, cursor: int, n: int) -> list[webenv.Task]:
+        """Tasks of groups cursor .. cursor+n-1."""
+        groups = step_tasks(self.tasks, cursor, n, self.seed, self.pages)
+        if self.mode == "rotation":
+            return groups
+        weights = [self.weight(t.task_id) for t in self.tasks]
+        picks = self._rng.choices(self.tasks, weights, k=n)
+        return [dataclasses.replace(task, seed=g.seed) for task, g in zip(picks, groups)]
+
+    def weight(self, task_id: str) -> float:
+        p = self.p.get(task_id, 0.5)
+        return max(p * (1.0 - p), self.floor)
+
+    def observe(self, trajs: list[Trajectory]) -> None:
+        """Update the running success of each group's task (environment failures left out)."""
+        for members, _ in group_outcomes(trajs)[0]:
+            mean = sum(t.reward for t in members) / len(members)
+            tid = members[0].task_id
+            self.p[tid] = mean if tid not in self.p else (1 - self.ema) * self.p[tid] + self.ema * mean
+
+    def state(self) -> dict:
+        return {"p": dict(self.p), "rng": self._rng.getstate()}
+
+    def load_state(self, state: dict | None) -> None:
+        if state:
+            self.p = dict(state["p"])
+            rng = state["rng"]
+            self._rng.setstate((rng[0], tuple(rng[1]), rng[2]))   # JSON turned the tuples into lists
+
+
+def group_outcomes(trajs: list[Trajectory]) -> tuple[list[tuple[list[Trajectory], bool]], int]:
+    """Per group with >= 2 trajectories the environment did not end: (those trajectories, whether their
+    rewards are all equal); and the number of groups left without a baseline (< 2 valid trajectories)."""
+    by_group: dict[int, list[Trajectory]] = collections.defaultdict(list)
+    for t in trajs:
+        by_group[t.group].append(t)
+    out, dropped = [], 0
+    for members in by_group.values():
+        valid = [t for t in members if not t.env_error]
+        if len(valid) < 2:
+            dropped += 1
+        else:
+            out.append((valid, len({t.reward for t in valid}) == 1))
+    return out, dropped
+
+
+async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
+                        reduce_sum=lambda n: n) -> tuple[list[Trajectory], int, int]:
+    """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1: rounds of ``groups_per_rank``
+    groups (``draw(n)`` -> their tasks, ``roll(tasks, first_group)`` -> their trajectories, group ids
+    first_group..) until every rank together holds as many groups with unequal rewards as one round has
+    groups, or ``max_rounds`` rounds ran. Ranks agree on every decision (``reduce_sum`` over ranks).
+    Returns (all trajectories, rounds, groups with unequal rewards on this rank)."""
+    trajs: list[Trajectory] = []
+    rounds = 0
+    target = reduce_sum(groups_per_rank)
+    while True:
+        trajs += await roll(draw(groups_per_rank), rounds * groups_per_rank)
+        rounds += 1
+        informative = sum(not flat for _, flat in group_outcomes(trajs)[0])
+        if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
+            return trajs, rounds, informative
+
+
+# ---- weight sync (the vLLM backend) ----
+
+async def sync_weights(backend: vllm_backend.VLLMBackend, model: torch.nn.Module) -> None:
     """After an update, the trainer's weights into the sleeping vLLM engine, in the order that keeps the GPU's
     peak lowest: the update's cached memory handed back, the engine's weights woken, the new weights pushed,
     then the KV cache allocated again (its share of ``--vllm-gpu-memory``)."""
     trainlib.free_cached_memory()
     await backend.wake_up(["weights"])
-    await policy.push_weights_to_vllm(backend, model)
+    await vllm_backend.push_weights_to_vllm(backend, model)
     await backend.wake_up(["kv_cache"])
 
+
+def sync_probe_sample(trajs: list[Trajectory], backend) -> Sample:
+    """The sample the weight-sync check scores: the step's shortest (vLLM scores every position of a
+    prompt-log-prob request), cut so that it leaves vLLM room for the one token it samples (a sample that filled
+    the context would be rejected); a 2-token dummy on a rank without samples."""
+    samples = [s for t in trajs for s in t.samples if 1 in s.mask]
+    pad = backend.tokenizer.pad_token_id
+    probe = min(samples, key=lambda s: len(s.ids)) if samples else Sample([pad, pad], [0, 0])
+    limit = getattr(backend, "max_model_len", None)
+    if limit is not None and len(probe.ids) >= limit:
+        probe = Sample(probe.ids[:limit - 1], probe.mask[:limit - 1])
+    return probe
+
+
+# ---- the training loop ----
+
+def collective_timeout_s(episode_timeout: float) -> float:
+    """How long a collective waits for the slowest rank: a step's rollouts run in parallel, each bounded by
+    ``episode_timeout``, so ranks can reach the next collective up to about that far apart (and a round of
+    dynamic sampling more); twice that, at least 30 minutes. DeepSpeed's default, 10 minutes, is shorter than
+    the default episode timeout (15 minutes)."""
+    return max(1800.0, 2.0 * episode_timeout)
+
+
+def tasks_per_step(requested: int, group_size: int, world: int) -> int:
+    """B, the groups of one step: ``requested`` (which every rank must share equally), or for 0 the paper's 16
+    trajectories per step, ``16 // G`` groups, rounded up to a multiple of ``world``.
+    E.g. ``tasks_per_step(0, 4, 1) == 4``, ``tasks_per_step(0, 4, 8) == 8``, ``tasks_per_step(6, 4, 4)`` exits."""
+    if requested:
+        if requested % world:
+            raise SystemExit(f"--tasks-per-step {requested} must be a multiple of the world size {world} "
+                             "(or 0: chosen to fit)")
+        return requested
+    return max(1, math.ceil(max(1, 16 // group_size) / world)) * world
+
+
+def trainer_state(cursor: int, sampler: TaskSampler) -> dict:
+    """What a checkpoint keeps besides the weights: groups consumed, and every rank's task sampler."""
+    states = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(states, sampler.state())
+    return {"cursor": cursor, **{f"sampler_rank{r}": st for r, st in enumerate(states)}}
+
+
+async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: TaskSampler, metrics, *,
+                step: int, cursor: int, stop: dict) -> tuple[int, int, str | None]:
+    """RL steps from ``step`` to ``args.steps`` (or until a rank was interrupted, or ``--time-budget`` ran
+    out): rollouts, advantages, update, weight sync, logs, periodic checkpoints. Returns (steps done, groups
+    consumed, why it stopped early: "interrupted", "time budget reached" or None)."""
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    groups_per_rank = args.tasks_per_step // world
+    out = Path(args.out)
+    if args.backend == "vllm" and step:   # resumed: the engine starts from the checkpoint's weights
+        pushed = await vllm_backend.push_weights_to_vllm(backend, engine.module)
+        log.info("resumed: pushed step_%d's weights into the vLLM engine (%d tensors, %.1f MB)", step,
+                 pushed["params"], pushed["bytes"] / 1e6)
+    from tqdm import tqdm
+    bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
+    stopped: str | None = None
+    started = time.time()
+    async with webenv.BrowserPool(endpoints=args.browser_endpoint or None) as pool, \
+            Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
+                   env_kwargs={"max_obs_chars": args.episode.max_obs_chars,
+                               "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:
+        try:
+            if args.eval_every and step == 0:   # where the run starts from
+                engine.module.eval()
+                metrics.log(0, await validate(runner, backend, tokenizer, sampler.tasks, args))
+            while step < args.steps and not stopped:
+                # ---- rollouts: B x G trajectories, each in its own browser context ----
+                t0 = time.time()
+                engine.module.eval()
+
+                def draw(n: int) -> list[webenv.Task]:   # this rank's share of the next B groups of the run
+                    nonlocal cursor
+                    tasks = sampler.draw(cursor + rank * n, n)
+                    cursor += args.tasks_per_step
+                    return tasks
+
+                async def roll(tasks: list[webenv.Task], first: int) -> list[Trajectory]:
+                    jobs = [Job(task, group=first + g) for g, task in enumerate(tasks) for _ in range(args.group_size)]
+                    got = await rollouts(runner, backend, tokenizer, jobs, args.episode)
+                    sampler.observe(got)
+                    return got
+
+                trajs, rounds, _ = await sample_groups(roll, draw, groups_per_rank, args.dynamic_sampling,
+                                                       reduce_sum=trainlib.all_reduce_sum)
+                t_rollout = time.time() - t0
+
+                # ---- advantages and weights, then the update (Eq. 2) ----
+                batch = mgrpo_batch(trajs, args.zero_std, reduce_sum=trainlib.all_reduce_sum, world=world,
+                                    action_weight=args.action_weight, invalid_turns=args.invalid_turns,
+                                    group_norm=args.group_norm, advantage=args.advantage,
+                                    gigpo_omega=args.gigpo_omega, gigpo_gamma=args.gigpo_gamma)
+                learn = trainlib.all_reduce_sum(batch.groups) > 0
+                t1 = time.time()
+                engine.module.train()
+                if args.backend == "vllm" and learn:
+                    probe = sync_probe_sample(trajs, backend)          # scored before and after the push
+                    before = await vllm_backend.score_probe(backend, engine.module, probe)
+                    await backend.sleep()           # the engine's GPU memory goes to the update (CUDA only)
+                train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args) if learn else {}
+                t_train = time.time() - t1
+                step += 1
+                if args.backend == "vllm" and learn:
+                    # ---- sync weights ----
+                    t2 = time.time()
+                    await sync_weights(backend, engine.module)
+                    train_stats["sync/push_seconds"] = time.time() - t2
+                    train_stats.update(await vllm_backend.probe_sync(backend, engine.module, probe, args, before))
+
+                # ---- log ----
+                stats = rollout_stats(trajs, batch, t_rollout, t_train)
+                stats["rollout/rounds"] = float(rounds)
+                if args.advantage == "gigpo":   # anchor states shared within a group, and those with a signal
+                    stats["train/step_groups"] = float(batch.step_groups)
+                    stats["train/step_groups_signal"] = float(batch.step_groups_differ)
+                if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
+                    leases = sites.take_stats()
+                    stats["rollout/lease_wait_s"] = leases["wait_s"] / max(leases["leases"], 1)
+                    stats["rollout/replica_resets"] = float(leases["resets"])
+                if args.task_sampling == "pq":
+                    stats.update({f"p_task/{t.task_id}": sampler.p.get(t.task_id, 0.5) for t in sampler.tasks})
+                stats.update(train_stats)
+                stats.update(task_counts(trajs, sampler.tasks))
+                stats.update(shared_action_push(trajs))
+                # the worst rank's engine, not the average (on every rank or none: learn is agreed; a rank
+                # without samples has no figure and takes no part in the worst)
+                sync = ({k: stats.pop(k, None) for k in vllm_backend.SYNC_WORST} if args.backend == "vllm" and learn
+                        else {})
+                stats = task_success(trainlib.all_reduce_mean(stats))
+                for k, v in sync.items():
+                    sign = vllm_backend.SYNC_WORST[k]
+                    worst = sign * trainlib.all_reduce_fmax(sign * v if v is not None else -math.inf)
+                    if math.isfinite(worst):
+                        stats[k] = worst
+                out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
+                # one rank's Ctrl-C (or clock) stops them all at this step
+                why = trainlib.all_reduce_max(2 if stop["flag"] else 1 if out_of_time else 0)
+                stopped = {0: None, 1: "time budget reached", 2: "interrupted"}[why]
+                if args.eval_every and (step % args.eval_every == 0 or step == args.steps or why == 1):
+                    engine.module.eval()   # (the last step too, unless interrupted)
+                    stats.update(await validate(runner, backend, tokenizer, sampler.tasks, args))
+                metrics.log(step, stats)
+                if rank == 0 and (step % max(args.eval_every, 10) == 0):   # the figure follows the run
+                    plot_dynamics(out, args.model, step)
+                if rank == 0:
+                    best = max(trajs, key=lambda t: (t.reward, -len(t.steps)))
+                    with (out / "trajectories.jsonl").open("a") as f:
+                        f.write(json.dumps({"step": step, "task": best.task_id, "seed": best.seed, "intent": best.intent,
+                                            "reward": best.reward, "done_reason": best.done_reason,
+                                            "steps": best.steps}) + "\n")
+                    bar.set_postfix(success=f"{stats['rollout/success_rate']:.2f}",
+                                    turns=f"{stats['rollout/num_turns']:.1f}")
+                bar.update(1)
+                if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
+                    trainlib.save_checkpoint(engine, tokenizer, out, step, trainer_state(cursor, sampler), rank)
+        finally:
+            bar.close()
+            if hasattr(backend, "aclose"):
+                await backend.aclose()
+    return step, cursor, stopped
+
+
+async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task], args: Args) -> dict[str, float]:
+    """Greedy success of the current policy on the first ``--eval-pages`` validation pages of every task
+    (``env.VALID_SEEDS``, never a demonstration, RL or test page), the ranks' shares added: ``val/success_rate``,
+    ``val/parse_fail_rate`` (of all turns) and ``val/env_errors``. Pages are split over the ranks; each rank
+    runs at least the collectives (a rank without pages reports zeros)."""
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    pages = [dataclasses.replace(t, seed=webenv.VALID_SEEDS[e]) for t in tasks for e in range(args.eval_pages)]
+    mine = pages[rank::world]
+    greedy = dataclasses.replace(args.episode, temperature=0.0)
+    got = await rollouts(runner, backend, tokenizer, [Job(t, group=i) for i, t in enumerate(mine)], greedy)
+    counts = torch.tensor([len(got), sum(t.reward > 0 for t in got), sum(len(t.steps) for t in got),
+                           sum(t.parse_errors for t in got), sum(t.env_error for t in got)], dtype=torch.long)
+    n, ok, turns, bad, errors = trainlib.all_reduce(counts, torch.distributed.ReduceOp.SUM).tolist()   # one collective
+    return {"val/success_rate": ok / max(n, 1), "val/parse_fail_rate": bad / max(turns, 1),
+            "val/env_errors": float(errors)}
+
+
+def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_train: float) -> dict[str, float]:
+    """One step's rollout metrics (this rank); environment failures are counted, not hidden in the success rate."""
+    n = max(len(trajs), 1)
+    steps = sum(len(t.steps) for t in trajs)
+    return {
+        "rollout/reward": sum(t.reward for t in trajs) / n,
+        "rollout/success_rate": sum(t.reward > 0 for t in trajs) / n,
+        "rollout/response_tokens": sum(sum(s.mask) for t in trajs for s in t.samples) / n,
+        "rollout/num_turns": steps / n,
+        "rollout/parse_fail_rate": sum(t.parse_errors for t in trajs) / max(steps, 1),
+        "rollout/env_errors": float(sum(t.env_error for t in trajs)),
+        "rollout/groups_dropped": float(batch.dropped),
+        "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
+        "rollout/frac_zero_std": sum(batch.zero_std) / len(batch.zero_std) if batch.zero_std else 0.0,
+        "rollout/frac_signal": ((len(batch.zero_std) - sum(batch.zero_std))   # of every group rolled out
+                                / max(len(batch.zero_std) + batch.dropped, 1)),
+        "rollout/seconds": t_rollout,
+        "train/seconds": t_train,
+    }
+
+
+def shared_action_push(trajs: list[Trajectory]) -> dict[str, float]:
+    """How Eq. 2 treats an action that successful and failed trajectories of one group both took in the same
+    context (identical prompt and action ids, e.g. the right first click of a multi-step task whose failures
+    go wrong later). Its net weight in the loss is sum_i A_i / |tau_i| over the trajectories that took it
+    (1/|a_ij| cancels over its tokens). A group's advantages sum to zero, so an action every trajectory took
+    nets zero when all are equally long; but failures shorter than the successes (they stopped early) weigh
+    more per action, and the shared right action is pushed down. Per step (this rank):
+    ``train/shared_actions`` such actions, ``train/shared_pushed_down`` the fraction with a negative net
+    weight under Eq. 2, and ``train/shared_pushed_down_flat`` the same without the 1/|tau_i| factor (every
+    action weighing 1)."""
+    shared, down, down_flat = 0, 0, 0
+    for valid, flat in group_outcomes(trajs)[0]:
+        if flat:
+            continue
+        adv = group_advantages(torch.tensor([t.reward for t in valid]), len(valid)).tolist()
+        takers: dict[tuple, list[tuple[float, int, bool]]] = collections.defaultdict(list)
+        for t, a in zip(valid, adv):
+            for s in {tuple(s.ids) for s in t.samples}:
+                takers[s].append((a, len(t.samples), t.reward > 0))
+        for who in takers.values():
+            if any(ok for *_, ok in who) and not all(ok for *_, ok in who):
+                shared += 1
+                down += sum(a / n for a, n, _ in who) < -1e-6          # (zero up to float rounding)
+                down_flat += sum(a for a, _, _ in who) < -1e-6
+    return {"train/shared_actions": float(shared), "train/shared_pushed_down": down / max(shared, 1),
+            "train/shared_pushed_down_flat": down_flat / max(shared, 1)}
+
+
+def task_counts(trajs: list[Trajectory], tasks: list[webenv.Task]) -> dict[str, float]:
+    """This rank's episodes ("task_n/ID") and successes ("task_ok/ID") of every task of the run, rolled out or
+    not: the same keys on every rank, as trainlib.all_reduce_mean needs."""
+    counts = {f"{k}/{t.task_id}": 0.0 for t in tasks for k in ("task_n", "task_ok")}
+    for t in trajs:
+        counts[f"task_n/{t.task_id}"] += 1
+        counts[f"task_ok/{t.task_id}"] += t.reward > 0
+    return counts
+
+
+def task_success(stats: dict[str, float]) -> dict[str, float]:
+    """``stats`` with task_counts' keys (averaged over ranks) replaced by "rollout/success/ID", the step's success
+    rate of each task it rolled out (dynamics.png plots their moving averages)."""
+    out = {k: v for k, v in stats.items() if not k.startswith(("task_n/", "task_ok/"))}
+    for k, n in stats.items():
+        if k.startswith("task_n/") and n > 0:
+            task_id = k[len("task_n/"):]
+            out[f"rollout/success/{task_id}"] = stats[f"task_ok/{task_id}"] / n
+    return out
+
+
+# ---- main ----
 
 def main(args: Args) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -537,7 +866,7 @@ def main(args: Args) -> Path:
                                    num_threads=args.torch_threads if device.type == "cpu" and args.torch_threads else None)
     else:
         trainlib.free_cached_memory()   # vLLM checks free GPU memory at start; loading left full copies cached
-        backend = policy.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
+        backend = vllm_backend.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
                                      temperature=ep.temperature, top_p=ep.top_p,
                                      gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context,
                                      seed=args.seed + rank, local_rank=local_rank,   # this rank's own GPU
@@ -584,416 +913,6 @@ def plot_dynamics(out: Path, model: str, step: int) -> None:
                           ("rollout/success/*", "success rate per task")],
                           out / "dynamics.png", title=f"M-GRPO training dynamics ({model})",
                           smooth=max(5, step // 10))
-
-
-def collective_timeout_s(episode_timeout: float) -> float:
-    """How long a collective waits for the slowest rank: a step's rollouts run in parallel, each bounded by
-    ``episode_timeout``, so ranks can reach the next collective up to about that far apart (and a round of
-    dynamic sampling more); twice that, at least 30 minutes. DeepSpeed's default, 10 minutes, is shorter than
-    the default episode timeout (15 minutes)."""
-    return max(1800.0, 2.0 * episode_timeout)
-
-
-def tasks_per_step(requested: int, group_size: int, world: int) -> int:
-    """B, the groups of one step: ``requested`` (which every rank must share equally), or for 0 the paper's 16
-    trajectories per step, ``16 // G`` groups, rounded up to a multiple of ``world``.
-    E.g. ``tasks_per_step(0, 4, 1) == 4``, ``tasks_per_step(0, 4, 8) == 8``, ``tasks_per_step(6, 4, 4)`` exits."""
-    if requested:
-        if requested % world:
-            raise SystemExit(f"--tasks-per-step {requested} must be a multiple of the world size {world} "
-                             "(or 0: chosen to fit)")
-        return requested
-    return max(1, math.ceil(max(1, 16 // group_size) / world)) * world
-
-
-def trainer_state(cursor: int, sampler: TaskSampler) -> dict:
-    """What a checkpoint keeps besides the weights: groups consumed, and every rank's task sampler."""
-    states = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(states, sampler.state())
-    return {"cursor": cursor, **{f"sampler_rank{r}": st for r, st in enumerate(states)}}
-
-
-async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: TaskSampler, metrics, *,
-                step: int, cursor: int, stop: dict) -> tuple[int, int, str | None]:
-    """RL steps from ``step`` to ``args.steps`` (or until a rank was interrupted, or ``--time-budget`` ran
-    out): rollouts, advantages, update, weight sync, logs, periodic checkpoints. Returns (steps done, groups
-    consumed, why it stopped early: "interrupted", "time budget reached" or None)."""
-    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    groups_per_rank = args.tasks_per_step // world
-    out = Path(args.out)
-    if args.backend == "vllm" and step:   # resumed: the engine starts from the checkpoint's weights
-        pushed = await policy.push_weights_to_vllm(backend, engine.module)
-        log.info("resumed: pushed step_%d's weights into the vLLM engine (%d tensors, %.1f MB)", step,
-                 pushed["params"], pushed["bytes"] / 1e6)
-    from tqdm import tqdm
-    bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
-    stopped: str | None = None
-    started = time.time()
-    async with webenv.BrowserPool(endpoints=args.browser_endpoint or None) as pool, \
-            Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
-                   env_kwargs={"max_obs_chars": args.episode.max_obs_chars,
-                               "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:
-        try:
-            if args.eval_every and step == 0:   # where the run starts from
-                engine.module.eval()
-                metrics.log(0, await validate(runner, backend, tokenizer, sampler.tasks, args))
-            while step < args.steps and not stopped:
-                # ---- rollouts: B x G trajectories, each in its own browser context ----
-                t0 = time.time()
-                engine.module.eval()
-
-                def draw(n: int) -> list[webenv.Task]:   # this rank's share of the next B groups of the run
-                    nonlocal cursor
-                    tasks = sampler.draw(cursor + rank * n, n)
-                    cursor += args.tasks_per_step
-                    return tasks
-
-                async def roll(tasks: list[webenv.Task], first: int) -> list[Trajectory]:
-                    jobs = [Job(task, group=first + g) for g, task in enumerate(tasks) for _ in range(args.group_size)]
-                    got = await rollouts(runner, backend, tokenizer, jobs, args.episode)
-                    sampler.observe(got)
-                    return got
-
-                trajs, rounds, _ = await sample_groups(roll, draw, groups_per_rank, args.dynamic_sampling,
-                                                       reduce_sum=_all_reduce_sum)
-                t_rollout = time.time() - t0
-
-                # ---- advantages and weights, then the update (Eq. 2) ----
-                batch = mgrpo_batch(trajs, args.zero_std, reduce_sum=_all_reduce_sum, world=world,
-                                    action_weight=args.action_weight, invalid_turns=args.invalid_turns,
-                                    group_norm=args.group_norm, advantage=args.advantage,
-                                    gigpo_omega=args.gigpo_omega, gigpo_gamma=args.gigpo_gamma)
-                learn = _all_reduce_sum(batch.groups) > 0
-                t1 = time.time()
-                engine.module.train()
-                if args.backend == "vllm" and learn:
-                    probe = sync_probe_sample(trajs, backend)          # scored before and after the push
-                    before = await score_probe(backend, engine.module, probe)
-                    await backend.sleep()           # the engine's GPU memory goes to the update (CUDA only)
-                train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args) if learn else {}
-                t_train = time.time() - t1
-                step += 1
-                if args.backend == "vllm" and learn:
-                    # ---- sync weights ----
-                    t2 = time.time()
-                    await sync_weights(backend, engine.module)
-                    train_stats["sync/push_seconds"] = time.time() - t2
-                    train_stats.update(await probe_sync(backend, engine.module, probe, args, before))
-
-                # ---- log ----
-                stats = rollout_stats(trajs, batch, t_rollout, t_train)
-                stats["rollout/rounds"] = float(rounds)
-                if args.advantage == "gigpo":   # anchor states shared within a group, and those with a signal
-                    stats["train/step_groups"] = float(batch.step_groups)
-                    stats["train/step_groups_signal"] = float(batch.step_groups_differ)
-                if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
-                    leases = sites.take_stats()
-                    stats["rollout/lease_wait_s"] = leases["wait_s"] / max(leases["leases"], 1)
-                    stats["rollout/replica_resets"] = float(leases["resets"])
-                if args.task_sampling == "pq":
-                    stats.update({f"p_task/{t.task_id}": sampler.p.get(t.task_id, 0.5) for t in sampler.tasks})
-                stats.update(train_stats)
-                stats.update(task_counts(trajs, sampler.tasks))
-                stats.update(shared_action_push(trajs))
-                # the worst rank's engine, not the average (on every rank or none: learn is agreed; a rank
-                # without samples has no figure and takes no part in the worst)
-                sync = {k: stats.pop(k, None) for k in SYNC_WORST} if args.backend == "vllm" and learn else {}
-                stats = task_success(_all_reduce_mean(stats))
-                for k, v in sync.items():
-                    sign = SYNC_WORST[k]
-                    worst = sign * _all_reduce_fmax(sign * v if v is not None else -math.inf)
-                    if math.isfinite(worst):
-                        stats[k] = worst
-                out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
-                # one rank's Ctrl-C (or clock) stops them all at this step
-                why = _all_reduce_max(2 if stop["flag"] else 1 if out_of_time else 0)
-                stopped = {0: None, 1: "time budget reached", 2: "interrupted"}[why]
-                if args.eval_every and (step % args.eval_every == 0 or step == args.steps or why == 1):
-                    engine.module.eval()   # (the last step too, unless interrupted)
-                    stats.update(await validate(runner, backend, tokenizer, sampler.tasks, args))
-                metrics.log(step, stats)
-                if rank == 0 and (step % max(args.eval_every, 10) == 0):   # the figure follows the run
-                    plot_dynamics(out, args.model, step)
-                if rank == 0:
-                    best = max(trajs, key=lambda t: (t.reward, -len(t.steps)))
-                    with (out / "trajectories.jsonl").open("a") as f:
-                        f.write(json.dumps({"step": step, "task": best.task_id, "seed": best.seed, "intent": best.intent,
-                                            "reward": best.reward, "done_reason": best.done_reason,
-                                            "steps": best.steps}) + "\n")
-                    bar.set_postfix(success=f"{stats['rollout/success_rate']:.2f}",
-                                    turns=f"{stats['rollout/num_turns']:.1f}")
-                bar.update(1)
-                if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
-                    trainlib.save_checkpoint(engine, tokenizer, out, step, trainer_state(cursor, sampler), rank)
-        finally:
-            bar.close()
-            if hasattr(backend, "aclose"):
-                await backend.aclose()
-    return step, cursor, stopped
-
-
-def merge_identical(samples: list[Sample], adv: list[float], weight: list[float],
-                    same_advantage: bool = False) -> tuple[list[Sample], list[float], list[float]]:
-    """One loss term for the samples with the same ids and mask (the same action in the same context: G
-    trajectories of a group often take the same first action on their shared start page). Eq. 2 is a sum of
-    w_n * f(log-probs_n, A_n); equal ids give equal log-probs, so the terms merge exactly into one sample of
-    weight sum(w) and advantage sum(w A) / sum(w): when the ratio is 1 (one update per batch, where the
-    clipped surrogate's gradient is A * grad ratio whatever the sign of A), or, with ``same_advantage``,
-    only samples whose advantages are equal too (any ratio). Returns (samples, advantages, weights)."""
-    at: dict[tuple, int] = {}
-    out_s: list[Sample] = []
-    wsum: list[float] = []
-    wadv: list[float] = []
-    for s, a, w in zip(samples, adv, weight):
-        key = (tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ())
-        if key not in at:
-            at[key] = len(out_s)
-            out_s.append(s)
-            wsum.append(0.0)
-            wadv.append(0.0)
-        k = at[key]
-        wsum[k] += w
-        wadv[k] += w * a
-    return out_s, [wa / w if w else 0.0 for wa, w in zip(wadv, wsum)], wsum
-
-
-def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bool = True) -> dict[str, float]:
-    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2). ``fast``: identical samples
-    scored once (``merge_identical``) and micro-batches of samples of similar length (the loss is a weighted
-    sum, so their order is free; short prompts no longer pad to the step's longest); False: every sample in
-    rollout order, as before (bench/bench_rl_step.py compares them). Every rank runs the same number of
-    micro-batches (ZeRO-3 gathers parameters collectively): a rank with fewer pads with zero-weight ones."""
-    samples, adv, weight = batch.samples, batch.adv, batch.weight
-    order = list(range(len(samples)))
-    if fast:
-        samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
-        order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
-    n_micro = _all_reduce_max(math.ceil(len(samples) / args.micro_batch))
-    dummy = Sample([pad_id, pad_id], [0, 0])
-    index = [order[i * args.micro_batch:(i + 1) * args.micro_batch] or [len(samples)] for i in range(n_micro)]
-    chunks = [[samples[i] for i in idx if i < len(samples)] or [dummy] for idx in index]
-    adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0])
-    dev = engine.device
-    temp = args.score_temperature or args.episode.temperature   # scored as sampled: pi(a | h) at the rollouts' T
-
-    ref_logps, old_logps = [], []
-    with torch.no_grad():
-        for chunk in chunks:
-            if ref_model is not None:
-                ref_logps.append(forward_logprobs(ref_model, chunk, pad_id, dev, temp)[0])
-            if args.updates_per_batch > 1:   # pi_old: the policy before the first update
-                old_logps.append(forward_logprobs(engine, chunk, pad_id, dev, temp)[0])
-
-    totals: dict[str, float] = {"train/loss": 0.0, "train/kl": 0.0, "train/clip_frac": 0.0, "train/entropy": 0.0}
-    n_tok = 0.0
-    for _ in range(args.updates_per_batch):
-        for k, (chunk, idx) in enumerate(zip(chunks, index)):
-            logp, ent, mask = forward_logprobs(engine, chunk, pad_id, dev, temp)         # [n, L] each
-            old = old_logps[k] if old_logps else logp.detach()                            # [n, L]
-            ref = ref_logps[k] if ref_logps else None                                     # [n, L]
-            loss, st = mgrpo_loss(logp, old, ref, mask, adv_t[idx].to(dev), w_t[idx].to(dev),
-                                  clip_eps=args.clip_eps, beta=args.beta)
-            engine.set_gradient_accumulation_boundary(k == len(chunks) - 1)
-            engine.backward(loss, scale_wrt_gas=False)   # the weights already normalise (Eq. 2)
-            gn = trainlib.grad_norm(engine) if k == len(chunks) - 1 else -1.0
-            engine.step()
-            totals["train/loss"] += float(loss.detach())
-            tok = st["tokens"]
-            n_tok += tok
-            totals["train/kl"] += st["kl"] * tok
-            totals["train/clip_frac"] += st["clip_frac"] * tok
-            totals["train/entropy"] += float((ent.detach() * mask).sum())
-    for key in ("train/kl", "train/clip_frac", "train/entropy"):
-        totals[key] /= max(n_tok, 1.0)
-    if ref_model is None:   # beta = 0: no reference, no KL to report
-        del totals["train/kl"]
-    totals["train/loss"] /= args.updates_per_batch
-    totals["train/grad_norm"] = trainlib.last_grad_norm(engine, gn)
-    totals["train/samples"] = float(len(batch.samples))
-    totals["train/samples_scored"] = float(len(samples))
-    totals["train/lr"] = engine.get_lr()[0]
-    return totals
-
-
-#: the weight-sync figures, reported for the worst rank: +1 the largest, -1 the smallest
-SYNC_WORST = {"sync/max_logprob_diff": 1, "sync/mean_logprob_diff": 1, "sync/trainer_shift": 1,
-              "sync/shift_ratio": -1}
-
-
-def sync_probe_sample(trajs: list[Trajectory], backend) -> Sample:
-    """The sample the weight-sync check scores: the step's shortest (vLLM scores every position of a
-    prompt-log-prob request), cut so that it leaves vLLM room for the one token it samples (a sample that filled
-    the context would be rejected); a 2-token dummy on a rank without samples."""
-    samples = [s for t in trajs for s in t.samples if 1 in s.mask]
-    pad = backend.tokenizer.pad_token_id
-    probe = min(samples, key=lambda s: len(s.ids)) if samples else Sample([pad, pad], [0, 0])
-    limit = getattr(backend, "max_model_len", None)
-    if limit is not None and len(probe.ids) >= limit:
-        probe = Sample(probe.ids[:limit - 1], probe.mask[:limit - 1])
-    return probe
-
-
-async def score_probe(backend, model, probe: Sample) -> tuple[torch.Tensor, torch.Tensor]:
-    """The trainer's and the engine's log-probs of the probe's action tokens (empty where it has none). Every
-    rank runs the trainer's forward, a rank without samples on its dummy: under ZeRO-3 the forward gathers
-    parameters collectively, and a rank that skipped it would leave the others waiting."""
-    pad = backend.tokenizer.pad_token_id
-    with torch.no_grad():
-        logp, _, mask = forward_logprobs(model, [probe], pad, next(model.parameters()).device)
-    if 1 not in probe.mask:   # no samples, or the action starts past max_model_len: nothing to compare
-        return torch.zeros(0), torch.zeros(0)
-    start = probe.mask.index(1)
-    on = mask[0, start:len(probe.ids)].bool().cpu()                  # the action tokens (the trainer scores only those)
-    trainer = logp[0, start:len(probe.ids)].float().cpu()[on]
-    engine_lp = torch.tensor(await backend.logprobs_of(probe.ids[:start], probe.ids[start:]))[on]
-    return trainer, engine_lp
-
-
-async def probe_sync(backend, model, probe: Sample, args: Args,
-                     before: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
-    """After a weight push, the engine against the trainer on the probe's action tokens:
-    ``sync/max_logprob_diff`` and ``sync/mean_logprob_diff``, |log p_engine - log p_trainer|; with ``before``
-    (``score_probe`` before the update), ``sync/trainer_shift`` (mean |change| of the trainer's log-probs across
-    the update) and ``sync/shift_ratio`` (the engine's mean |change| over the trainer's). The difference works in
-    fp32, where the two sides agree to ~1e-6; in bf16 their kernels differ by ~0.03 nats on average, more than a
-    small update moves anything, so a stale engine passes it. The shift does not: the same kernels score the
-    same tokens before and after, so a push that reached the engine moves its log-probs about as far as the
-    trainer's moved (ratio ~1), and one that changed nothing leaves them where they were (ratio 0). Warns when
-    the mean difference exceeds ``--sync-warn`` or the ratio is below 0.5."""
-    trainer, engine_lp = await score_probe(backend, model, probe)
-    if not len(trainer):
-        return {}
-    diff = (trainer - engine_lp).abs()
-    stats = {"sync/max_logprob_diff": float(diff.max()), "sync/mean_logprob_diff": float(diff.mean())}
-    if stats["sync/mean_logprob_diff"] > args.sync_warn:
-        log.warning("!!! WEIGHT SYNC CHECK FAILED: vLLM and trainer log-probs differ by %.3f on average (> %.3f; "
-                    "max %.3f) after the push; the engine may be generating with stale weights !!!",
-                    stats["sync/mean_logprob_diff"], args.sync_warn, stats["sync/max_logprob_diff"])
-    if before is not None and len(before[0]) == len(trainer):
-        moved = float((trainer - before[0]).abs().mean())
-        stats["sync/trainer_shift"] = moved
-        if moved > 0.0:   # (an update below the weights' precision moves nothing: nothing to check)
-            stats["sync/shift_ratio"] = float((engine_lp - before[1]).abs().mean()) / moved
-            if stats["sync/shift_ratio"] < 0.5:
-                log.warning("!!! WEIGHT SYNC CHECK FAILED: the update moved the trainer's log-probs by %.2e on "
-                            "average and the engine's by %.2f of that: the push did not reach the engine !!!",
-                            moved, stats["sync/shift_ratio"])
-    return stats
-
-
-async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task], args: Args) -> dict[str, float]:
-    """Greedy success of the current policy on the first ``--eval-pages`` validation pages of every task
-    (``env.VALID_SEEDS``, never a demonstration, RL or test page), the ranks' shares added: ``val/success_rate``,
-    ``val/parse_fail_rate`` (of all turns) and ``val/env_errors``. Pages are split over the ranks; each rank
-    runs at least the collectives (a rank without pages reports zeros)."""
-    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    pages = [dataclasses.replace(t, seed=webenv.VALID_SEEDS[e]) for t in tasks for e in range(args.eval_pages)]
-    mine = pages[rank::world]
-    greedy = dataclasses.replace(args.episode, temperature=0.0)
-    got = await rollouts(runner, backend, tokenizer, [Job(t, group=i) for i, t in enumerate(mine)], greedy)
-    counts = torch.tensor([len(got), sum(t.reward > 0 for t in got), sum(len(t.steps) for t in got),
-                           sum(t.parse_errors for t in got), sum(t.env_error for t in got)], dtype=torch.long)
-    n, ok, turns, bad, errors = _all_reduce(counts, torch.distributed.ReduceOp.SUM).tolist()   # one collective
-    return {"val/success_rate": ok / max(n, 1), "val/parse_fail_rate": bad / max(turns, 1),
-            "val/env_errors": float(errors)}
-
-
-def rollout_stats(trajs: list[Trajectory], batch: Batch, t_rollout: float, t_train: float) -> dict[str, float]:
-    """One step's rollout metrics (this rank); environment failures are counted, not hidden in the success rate."""
-    n = max(len(trajs), 1)
-    steps = sum(len(t.steps) for t in trajs)
-    return {
-        "rollout/reward": sum(t.reward for t in trajs) / n,
-        "rollout/success_rate": sum(t.reward > 0 for t in trajs) / n,
-        "rollout/response_tokens": sum(sum(s.mask) for t in trajs for s in t.samples) / n,
-        "rollout/num_turns": steps / n,
-        "rollout/parse_fail_rate": sum(t.parse_errors for t in trajs) / max(steps, 1),
-        "rollout/env_errors": float(sum(t.env_error for t in trajs)),
-        "rollout/groups_dropped": float(batch.dropped),
-        "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
-        "rollout/frac_zero_std": sum(batch.zero_std) / len(batch.zero_std) if batch.zero_std else 0.0,
-        "rollout/frac_signal": ((len(batch.zero_std) - sum(batch.zero_std))   # of every group rolled out
-                                / max(len(batch.zero_std) + batch.dropped, 1)),
-        "rollout/seconds": t_rollout,
-        "train/seconds": t_train,
-    }
-
-
-def shared_action_push(trajs: list[Trajectory]) -> dict[str, float]:
-    """How Eq. 2 treats an action that successful and failed trajectories of one group both took in the same
-    context (identical prompt and action ids, e.g. the right first click of a multi-step task whose failures
-    go wrong later). Its net weight in the loss is sum_i A_i / |tau_i| over the trajectories that took it
-    (1/|a_ij| cancels over its tokens). A group's advantages sum to zero, so an action every trajectory took
-    nets zero when all are equally long; but failures shorter than the successes (they stopped early) weigh
-    more per action, and the shared right action is pushed down. Per step (this rank):
-    ``train/shared_actions`` such actions, ``train/shared_pushed_down`` the fraction with a negative net
-    weight under Eq. 2, and ``train/shared_pushed_down_flat`` the same without the 1/|tau_i| factor (every
-    action weighing 1)."""
-    shared, down, down_flat = 0, 0, 0
-    for valid, flat in group_outcomes(trajs)[0]:
-        if flat:
-            continue
-        adv = group_advantages(torch.tensor([t.reward for t in valid]), len(valid)).tolist()
-        takers: dict[tuple, list[tuple[float, int, bool]]] = collections.defaultdict(list)
-        for t, a in zip(valid, adv):
-            for s in {tuple(s.ids) for s in t.samples}:
-                takers[s].append((a, len(t.samples), t.reward > 0))
-        for who in takers.values():
-            if any(ok for *_, ok in who) and not all(ok for *_, ok in who):
-                shared += 1
-                down += sum(a / n for a, n, _ in who) < -1e-6          # (zero up to float rounding)
-                down_flat += sum(a for a, _, _ in who) < -1e-6
-    return {"train/shared_actions": float(shared), "train/shared_pushed_down": down / max(shared, 1),
-            "train/shared_pushed_down_flat": down_flat / max(shared, 1)}
-
-
-def task_counts(trajs: list[Trajectory], tasks: list[webenv.Task]) -> dict[str, float]:
-    """This rank's episodes ("task_n/ID") and successes ("task_ok/ID") of every task of the run, rolled out or
-    not: the same keys on every rank, as _all_reduce_mean needs."""
-    counts = {f"{k}/{t.task_id}": 0.0 for t in tasks for k in ("task_n", "task_ok")}
-    for t in trajs:
-        counts[f"task_n/{t.task_id}"] += 1
-        counts[f"task_ok/{t.task_id}"] += t.reward > 0
-    return counts
-
-
-def task_success(stats: dict[str, float]) -> dict[str, float]:
-    """``stats`` with task_counts' keys (averaged over ranks) replaced by "rollout/success/ID", the step's success
-    rate of each task it rolled out (dynamics.png plots their moving averages)."""
-    out = {k: v for k, v in stats.items() if not k.startswith(("task_n/", "task_ok/"))}
-    for k, n in stats.items():
-        if k.startswith("task_n/") and n > 0:
-            task_id = k[len("task_n/"):]
-            out[f"rollout/success/{task_id}"] = stats[f"task_ok/{task_id}"] / n
-    return out
-
-
-def _all_reduce(value: torch.Tensor, op) -> torch.Tensor:
-    """All-reduce a small CPU tensor across ranks; it travels on the device the backend needs (NCCL: the GPU)."""
-    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        on = value.to(trainlib.collective_device())
-        torch.distributed.all_reduce(on, op=op)
-        return on.cpu()
-    return value
-
-
-def _all_reduce_sum(x: int) -> int:
-    return int(_all_reduce(torch.tensor([x], dtype=torch.long), torch.distributed.ReduceOp.SUM).item())
-
-
-def _all_reduce_max(x: int) -> int:
-    return int(_all_reduce(torch.tensor([x], dtype=torch.long), torch.distributed.ReduceOp.MAX).item())
-
-
-def _all_reduce_fmax(x: float) -> float:
-    return float(_all_reduce(torch.tensor([x], dtype=torch.float64), torch.distributed.ReduceOp.MAX).item())
-
-
-def _all_reduce_mean(stats: dict[str, float]) -> dict[str, float]:
-    keys = sorted(stats)
-    t = _all_reduce(torch.tensor([stats[k] for k in keys], dtype=torch.float64), torch.distributed.ReduceOp.SUM)
-    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-    return {k: float(v) / world for k, v in zip(keys, t)}
 
 
 if __name__ == "__main__":

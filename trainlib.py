@@ -1,5 +1,5 @@
 """Plumbing shared by train_bc.py and train_mgrpo.py: DeepSpeed launch and config, learning-rate
-schedules, per-token log-probs, atomic checkpoints that resume, and metrics (JSONL, TensorBoard, PNG).
+schedules, collectives, per-token log-probs, atomic checkpoints that resume, and metrics (JSONL, TensorBoard, PNG).
 
 Nothing here is specific to the method; the two scripts keep the paper's logic readable on top.
 
@@ -161,6 +161,38 @@ def collective_device() -> torch.device:
     if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device("cpu")
+
+
+def all_reduce(value: torch.Tensor, op) -> torch.Tensor:
+    """All-reduce a small CPU tensor across ranks; it travels on the device the backend needs (NCCL: the GPU)."""
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        on = value.to(collective_device())
+        torch.distributed.all_reduce(on, op=op)
+        return on.cpu()
+    return value
+
+
+def all_reduce_sum(x: int) -> int:
+    """The sum of ``x`` over the ranks."""
+    return int(all_reduce(torch.tensor([x], dtype=torch.long), torch.distributed.ReduceOp.SUM).item())
+
+
+def all_reduce_max(x: int) -> int:
+    """The largest ``x`` of the ranks."""
+    return int(all_reduce(torch.tensor([x], dtype=torch.long), torch.distributed.ReduceOp.MAX).item())
+
+
+def all_reduce_fmax(x: float) -> float:
+    """The largest ``x`` of the ranks (a float)."""
+    return float(all_reduce(torch.tensor([x], dtype=torch.float64), torch.distributed.ReduceOp.MAX).item())
+
+
+def all_reduce_mean(stats: dict[str, float]) -> dict[str, float]:
+    """Each statistic averaged over the ranks, in one collective (every rank must hold the same keys)."""
+    keys = sorted(stats)
+    t = all_reduce(torch.tensor([stats[k] for k in keys], dtype=torch.float64), torch.distributed.ReduceOp.SUM)
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    return {k: float(v) / world for k, v in zip(keys, t)}
 
 
 def ds_config(path: str, *, micro_batch: int, grad_accum: int, world_size: int, bf16: bool,
@@ -458,6 +490,17 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tup
         loss[i, :len(m)] = torch.tensor(m, dtype=torch.float32)
     return ids, attn, loss
 
+
+
+def forward_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """Log-probs and entropies of the action tokens under ``model`` at ``temperature`` (the distribution the
+    rollouts sampled from: logits / T) of samples (rollout.Sample: ``ids``, ``mask``) right-padded into one
+    batch: [N, L] each (0 off the mask), + mask [N, L]."""
+    ids, attn, mask = pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)
+    ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
+    logp, ent, _ = action_logprobs(model, ids, attn, mask, temperature=temperature)
+    return logp, ent, mask
 
 # ---- checkpoints ----
 

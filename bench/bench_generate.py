@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import policy  # noqa: E402
+import vllm_backend  # noqa: E402
 
 
 @dataclass
@@ -157,7 +158,7 @@ def compare_vllm(args: Args, model, tok) -> None:
             model.save_pretrained(path)
             tok.save_pretrained(path)
             t0 = time.perf_counter()
-            vl = policy.VLLMBackend(path, tokenizer=tok, max_new_tokens=args.new_tokens, temperature=0.0,
+            vl = vllm_backend.VLLMBackend(path, tokenizer=tok, max_new_tokens=args.new_tokens, temperature=0.0,
                                     stop_ids=[], max_model_len=max(2048, args.prompt_tokens * 2))
             start = time.perf_counter() - t0
             plain = vl.sampling_params                # no stop at all: vLLM would still stop at eos
@@ -175,7 +176,7 @@ def compare_vllm(args: Args, model, tok) -> None:
             pushes = []
             for _ in range(args.reps):
                 t0 = time.perf_counter()
-                await policy.push_weights_to_vllm(vl, model)
+                await vllm_backend.push_weights_to_vllm(vl, model)
                 pushes.append(time.perf_counter() - t0)
             await vl.aclose()
             await hf.aclose()

@@ -128,7 +128,7 @@ def group_gradients(model, groups: list[list[Trajectory]], modes: list[str], pad
         total = {m: [torch.zeros_like(p) for p in params] for m in live}
         for k in range(0, len(order), args.micro_batch):
             idx = order[k:k + args.micro_batch]
-            logp, _, mask = train_mgrpo.forward_logprobs(model, [samples[i] for i in idx], pad_id, "cpu")
+            logp, _, mask = trainlib.forward_logprobs(model, [samples[i] for i in idx], pad_id, "cpu")
             for n, m in enumerate(live):
                 _, adv, w = merged[m]
                 loss, _ = train_mgrpo.mgrpo_loss(logp, logp.detach(), None, mask, torch.tensor([adv[i] for i in idx]),

@@ -32,6 +32,7 @@ import env as webenv  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402  (the update this bench times)
+import vllm_backend  # noqa: E402
 from compress import PromptKind  # noqa: E402
 from rollout import EpisodeConfig, Trajectory, rollout  # noqa: E402
 
@@ -133,7 +134,7 @@ async def compare_vllm(envs, tok, model, tasks, args: Args, hf_row) -> None:
         model.save_pretrained(path)
         tok.save_pretrained(path)
         t0 = time.perf_counter()
-        vl = policy.VLLMBackend(path, tokenizer=tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        vl = vllm_backend.VLLMBackend(path, tokenizer=tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                 seed=args.seed, max_model_len=EpisodeConfig().max_context)
         start = time.perf_counter() - t0
         await run_mode(envs, vl, tok, tasks, args, lock_step=False)                # warm-up
@@ -144,7 +145,7 @@ async def compare_vllm(envs, tok, model, tasks, args: Args, hf_row) -> None:
         pushes = []
         for _ in range(3):
             t0 = time.perf_counter()
-            pushed = await policy.push_weights_to_vllm(vl, model)
+            pushed = await vllm_backend.push_weights_to_vllm(vl, model)
             pushes.append(time.perf_counter() - t0)
         await vl.aclose()
     _, h_secs, h_steps, h_tokens = hf_row
@@ -159,7 +160,7 @@ async def main(args: Args) -> None:
     model, tok = policy.load(args.model)
     backend = policy.HFBackend(model, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                num_threads=args.torch_threads or None)
-    tasks = [dataclasses.replace(t, seed=webenv.TRAIN_SEEDS[args.seed], max_steps=args.max_turns)
+    tasks = [dataclasses.replace(t, seed=webenv.RL_SEEDS[args.seed], max_steps=args.max_turns)
              for t in webenv.load_tasks(args.tasks)]
     n = len(tasks) * args.group_size
     print(f"model {args.model}; B={len(tasks)} tasks x G={args.group_size} = {n} trajectories, "

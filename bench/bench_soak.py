@@ -126,7 +126,7 @@ async def main(args: Args) -> None:
                         return
                     n = done
                     done += 1
-                task = dataclasses.replace(tasks[n % len(tasks)], seed=env.TRAIN_SEEDS[n], max_steps=args.max_steps)
+                task = dataclasses.replace(tasks[n % len(tasks)], seed=env.RL_SEEDS[n], max_steps=args.max_steps)
                 try:
                     await episode(envs[k], task, rng, args.max_steps)
                 except env.EpisodeCrash:

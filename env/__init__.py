@@ -1,20 +1,20 @@
 """The web environment for WebAgent-R1, the one package users import: ``import env`` gives the browser pool, the
 agent's env, the action grammar, the task interface and all three task families, one module per concern:
 
-- env/tasks.py: what a task is, the ``TaskFamily`` interface and its registry, the MiniWoB seed ranges: ``Task``,
+- tasks.py: what a task is, the ``TaskFamily`` interface and its registry, the MiniWoB seed ranges: ``Task``,
   ``TaskFamily``, ``register_family``, ``family_of``, ``load_tasks``, ``EpisodeCrash``, ``EVAL_SEEDS``.
-- env/actions.py: the action grammar, parse one action from a response and write it back (no browser):
+- actions.py: the action grammar, parse one action from a response and write it back (no browser):
   ``parse_action``, ``format_action``, ``Action``, ``ActionParseError``, ``ACTION_NAMES``.
-- env/sandbox.py: a context reaches only its task's origins, request router + SOCKS5 proxy: ``Sandbox``,
+- sandbox.py: a context reaches only its task's origins, request router + SOCKS5 proxy: ``Sandbox``,
   ``SandboxProxy``, ``host_entry``, ``url_allowed``, ``proxy_host``.
-- env/execute.py: how each action runs on the page (``WebEnv.step`` calls ``execute.execute``).
-- env/browser.py: one Chromium and many isolated contexts; the env one agent acts in (reset / step / observation,
-  the observation's extractor in env/observation.js): ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``,
+- execute.py: how each action runs on the page (``WebEnv.step`` calls ``execute.execute``).
+- browser.py: one Chromium and many isolated contexts; the env one agent acts in (reset / step / observation,
+  the observation's extractor in observation.js): ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``,
   ``find_chromium``, ``start_browser_server``.
 - The task families, each registering itself on import: miniwob.py, MiniWoB++ (the embedded default):
-  ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE``; env/webarena.py, WebArena / WebArena-Lite (configs,
+  ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE``; webarena.py, WebArena / WebArena-Lite (configs,
   rubrics, helpers, logins, site replicas): ``evaluate``, ``load_webarena_tasks``, ``webarena_login``,
-  ``SitePool``, ...; env/sitesuite.py, the WebArena-format shop + forum served here: ``SuiteFamily``.
+  ``SitePool``, ...; sitesuite.py, the WebArena-format shop + forum served here: ``SuiteFamily``.
 Every name listed is also ``env.<name>``, and each module ``env.<module>``.
 
 Dependencies flow one way, in the order above: tasks uses sandbox's host_entry, actions uses compress.py's
@@ -44,9 +44,25 @@ from .sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy,
                       new_proxied_context, origin_allowed, outside_hosts_re, proxy_host, proxy_settings,
                       sandbox_proxy, url_allowed)
 from .sitesuite import SuiteFamily
-from .tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, TRAIN_SEEDS, VALID_SEEDS, EpisodeCrash, EpisodeStatus, Task,
-                    TaskEnv, TaskFamily, family_of, first_line, load_tasks, redact, register_family)
+from .tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, VALID_SEEDS, EpisodeCrash, EpisodeStatus, Task, TaskEnv,
+                    TaskFamily, family_of, first_line, load_tasks, redact, register_family)
 from .webarena import (EVAL_TYPES, LOGIN_SITES, RUBRICS, WEBARENA_ACCOUNTS, WEBARENA_HELPERS, WEBARENA_SITES,
                        SitePool, WebArenaFamily, check_login_alive, check_storage_state, evaluate,
                        load_webarena_tasks, login_files, site_pool, substitute_placeholders, url_matches,
                        webarena_login, webarena_site_url, webarena_task, word_tokenize)
+
+__all__ = [  # the package's public names: every one is also env.<name>
+    "miniwob", "sitesuite", "webarena", "ACTION_NAMES", "NEEDS_ARGUMENT", "NEEDS_ELEMENT", "OPTIONAL_ELEMENT",
+    "Action", "ActionParseError", "format_action", "parse_action", "EXTRACT_JS", "KEPT_ATTRS", "LAUNCH_ARGS",
+    "MAX_OBS_CHARS", "BrowserPool", "ContextWatch", "Observation", "StepResult", "WebEnv", "browser_endpoints",
+    "find_chromium", "redact_endpoint", "start_browser_server", "stop_browser_server", "MINIWOB_BASE_URL",
+    "MINIWOB_EXCLUDE_IDS", "MINIWOB_HOST", "MINIWOB_UNSOLVABLE", "MiniWoBFamily", "miniwob_task",
+    "miniwob_task_names", "NO_SERVICE_WORKER_JS", "NO_WEBRTC_JS", "Sandbox", "SandboxProxy", "address_toward",
+    "host_entry", "new_proxied_context", "origin_allowed", "outside_hosts_re", "proxy_host", "proxy_settings",
+    "sandbox_proxy", "url_allowed", "SuiteFamily", "DEMO_SEEDS", "EVAL_SEEDS", "RL_SEEDS", "VALID_SEEDS",
+    "EpisodeCrash", "EpisodeStatus", "Task", "TaskEnv", "TaskFamily", "family_of", "first_line", "load_tasks",
+    "redact", "register_family", "EVAL_TYPES", "LOGIN_SITES", "RUBRICS", "WEBARENA_ACCOUNTS", "WEBARENA_HELPERS",
+    "WEBARENA_SITES", "SitePool", "WebArenaFamily", "check_login_alive", "check_storage_state", "evaluate",
+    "load_webarena_tasks", "login_files", "site_pool", "substitute_placeholders", "url_matches", "webarena_login",
+    "webarena_site_url", "webarena_task", "word_tokenize",
+]

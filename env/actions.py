@@ -1,5 +1,5 @@
 """The action grammar: what one action of the agent is, how it is read from a model response and written back.
-No browser here: env/execute.py runs the Action that ``parse_action`` returns, experts.py writes its actions with
+No browser here: execute.py runs the Action that ``parse_action`` returns, experts.py writes its actions with
 ``format_action``, compress.py's prompt lists the same 11 action names (Table 6 of the paper).
 
 - ``parse_action(text) -> Action``: a whole response (the action region comes from compress.parse_response:
@@ -15,7 +15,7 @@ Departures from the paper's reference parser: Right Click, Switch Tab, Wait, bar
 and exit(message=...) are all accepted; keyword or positional arguments, either quote style, a "# Element:"
 comment line before the call and a code fence around it are read as the prompt's examples write them.
 
-    .venv/bin/python -c 'from env import actions; print(actions.parse_action("<answer> exit(message=\"42\") </answer>"))'
+    .venv/bin/python -c 'import env; print(env.parse_action("<answer> exit(message=\"42\") </answer>"))'
 """
 from __future__ import annotations
 

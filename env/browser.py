@@ -5,7 +5,7 @@
   one (chromium / chromium-browser on PATH, /usr/bin/chromium). Relaunched when it dies. With
   ``endpoints`` (``--browser-endpoint``) it connects to ``playwright run-server`` servers instead.
 - ``WebEnv.reset(task) / step(response)``: ``step`` takes the model's whole reply, parses ONE action
-  (actions.parse_action, a real tokenizer, never eval), executes it (env/execute.py), and returns s_{t+1}, the
+  (actions.parse_action, a real tokenizer, never eval), executes it (execute.py), and returns s_{t+1}, the
   binary reward and info (action, parse_error, error, done_reason, blocked_requests, raw_reward, counters).
   WebEnv asks ``Task.family``'s family (tasks.TaskFamily) how to start, observe and score an episode and
   never branches on the site; its context is guarded by a sandbox.Sandbox and watched by a ``ContextWatch``.
@@ -107,7 +107,7 @@ KEPT_ATTRS = ("title", "type", "placeholder", "data-value", "data-text", "data-t
 #: Default observation cap in characters (WebEnv's max_obs_chars): one value for demonstrations, RL and eval.
 MAX_OBS_CHARS = 60_000
 
-#: The in-page extractor (env/observation.js next to this file): one page.evaluate returns the observation
+#: The in-page extractor (observation.js next to this file): one page.evaluate returns the observation
 #: text, the labels it stamped and the family status value.
 EXTRACT_JS = "\n" + Path(__file__).with_name("observation.js").read_text(encoding="utf-8")
 
@@ -492,7 +492,7 @@ class ContextWatch:
 class WebEnv:
     """One agent's browser context. ``reset(task)`` opens the task's tabs in a fresh context (nothing carries
     over from an earlier episode); ``step(response)`` parses one action from the model's response, executes
-    it (env/execute.py), and returns the next observation. The env counts steps and ends the episode at
+    it (execute.py), and returns the next observation. The env counts steps and ends the episode at
     ``task.max_steps``. Its context is guarded by ``self.sandbox`` and watched by ``self.watch``.
 
     >>> obs = await env.reset(task)                                               # doctest: +SKIP
@@ -648,7 +648,7 @@ class WebEnv:
 
     async def timed(self, coro: Any, timeout_s: float | None = None) -> Any:
         """Await a Playwright call that has no timeout of its own, with one (the env's eval timeout unless
-        given; env/execute.py's actions use it too)."""
+        given; execute.py's actions use it too)."""
         return await asyncio.wait_for(coro, timeout_s or self.eval_timeout_s)
 
     async def eval_js(self, target: Any, js: str, arg: Any = None) -> Any:

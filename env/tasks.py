@@ -1,7 +1,7 @@
 """What a task is and how a kind of task joins the environment: ``Task``, the ``TaskFamily`` interface, the
 registry of families, ``load_tasks``, the MiniWoB seed ranges, and ``EpisodeCrash`` (how an episode ends
 with a recorded reason). No browser and no family here: each family lives in its own module and registers
-itself when imported (env/miniwob.py, env/webarena.py, env/sitesuite.py, or yours); env/__init__.py imports the three, so
+itself when imported (miniwob.py, webarena.py, sitesuite.py, or yours); env/__init__.py imports the three, so
 ``env.load_tasks(spec)`` finds them wherever env is imported.
 
     class Quiz(TaskFamily): ...          # see TaskFamily
@@ -20,11 +20,10 @@ from .sandbox import host_entry
 #: MiniWoB episode seeds (one seed = one page), in four disjoint ranges so that no two uses share a page:
 #: demonstrations (experts.py), RL rollouts (train_mgrpo.py, which wraps around inside its range whatever
 #: --seed and the run's length say), validation pages for choosing settings (eval.py --seed-start 500000)
-#: and the held-out test pages (eval.py's default). TRAIN_SEEDS is everything that is not a test page.
+#: and the held-out test pages (eval.py's default).
 DEMO_SEEDS = range(0, 100_000)
 RL_SEEDS = range(100_000, 500_000)
 VALID_SEEDS = range(500_000, 1_000_000)
-TRAIN_SEEDS = range(0, 1_000_000)
 EVAL_SEEDS = range(1_000_000, 2_000_000)
 
 
@@ -243,4 +242,4 @@ def load_tasks(spec: str) -> list[Task]:
         return _FAMILIES["webarena"].load(spec)
     raise ValueError(f"unknown task spec {spec!r}: use '<family>:<tasks>' (families: {', '.join(_FAMILIES)}) "
                      f"or the path of a config .json" + ("" if "webarena" in _FAMILIES else
-                                                          " (with env/webarena.py imported: import env)"))
+                                                          " (with webarena.py imported: import env)"))

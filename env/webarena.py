@@ -2,7 +2,7 @@
 WebArena's rubrics (string_match, url_match, program_html) reproduced with their quirks, the built-in helper
 functions, and the sites' logins (``python -m env login``).
 
-The family registers itself when this module is imported (it imports env/tasks.py, env/sandbox.py and env/browser.py, never
+The family registers itself when this module is imported (it imports tasks.py, sandbox.py and browser.py, never
 env); env/__init__.py imports it, so ``env.load_tasks("<config>.json")`` and the ``env.<name>`` spellings of its public
 names (``env.evaluate``, ``env.load_webarena_tasks``, ``env.webarena_login``, ...) work wherever env is imported.
 

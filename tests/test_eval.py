@@ -77,7 +77,7 @@ def test_eval_tiny_two_tasks_results_match_trajectories(tiny_run):
     for task in ("miniwob/click-button", "miniwob/login-user"):
         seeds = sorted(r["seed"] for r in records if r["task"] == task)
         assert seeds == [webenv.EVAL_SEEDS[0], webenv.EVAL_SEEDS[1]]      # held-out pages
-        assert not set(seeds) & set(webenv.TRAIN_SEEDS[:10])
+        assert not set(seeds) & {s for r in (webenv.DEMO_SEEDS, webenv.RL_SEEDS, webenv.VALID_SEEDS) for s in r[:10]}
     for r in records:
         assert r["intent"] and 1 <= r["num_steps"] <= 2 and r["max_steps"] == 2
         for s in r["steps"]:

@@ -22,7 +22,7 @@ import experts
 pytestmark = pytest.mark.timeout(300)
 
 SEEDS_PER_TASK = 2
-TEST_SEEDS = [experts.EVAL_SEEDS.start + 7_000 + i for i in range(SEEDS_PER_TASK)]
+TEST_SEEDS = [env.EVAL_SEEDS.start + 7_000 + i for i in range(SEEDS_PER_TASK)]
 STEP_KEYS = {"observation", "error", "url", "response"}
 RECORD_KEYS = {"task", "seed", "intent", "reward", "steps"}
 
@@ -57,7 +57,7 @@ def check_record(rec: dict, prompt: str = "thinking") -> None:
 def test_registry_and_seed_ranges():
     assert len(experts.EXPERTS) >= 20
     assert len(experts.MULTI_STEP) >= 6 and experts.MULTI_STEP <= set(experts.EXPERTS)
-    train, evals = experts.TRAIN_SEEDS, experts.EVAL_SEEDS
+    train, evals = experts.SPLITS["train"], experts.SPLITS["eval"]
     assert train.stop <= evals.start, "train and eval seed ranges must be disjoint"
     assert all(s in evals for s in TEST_SEEDS)
 
@@ -105,7 +105,7 @@ def test_cli_writes_schema_and_only_successes(tmp_path, monkeypatch):
     for rec in recs:
         check_record(rec, prompt="plain")
     seeds = {t: sorted(r["seed"] for r in recs if r["task"] == t) for t in ("miniwob/click-button", "miniwob/login-user")}
-    start = experts.EVAL_SEEDS.start
+    start = env.EVAL_SEEDS.start
     assert seeds["miniwob/login-user"] == [start + i for i in range(4)]
     assert seeds["miniwob/click-button"] == [start, start + 2], "only the successful (even) seeds are kept"
     assert all([env.parse_action(s["response"]).name for s in r["steps"]] == ["Type", "Type", "Click"]

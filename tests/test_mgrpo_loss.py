@@ -371,7 +371,7 @@ def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():
     demo = experts.SPLITS["train"]
     ranges = [demo, webenv.VALID_SEEDS, webenv.EVAL_SEEDS, webenv.RL_SEEDS]
     assert all(a.stop <= b.start or b.stop <= a.start for i, a in enumerate(ranges) for b in ranges[i + 1:])
-    assert webenv.VALID_SEEDS.start == 500_000 and webenv.TRAIN_SEEDS.stop == webenv.EVAL_SEEDS.start
+    assert webenv.VALID_SEEDS.start == 500_000 and webenv.VALID_SEEDS.stop == webenv.EVAL_SEEDS.start
     for seed, cursor in [(0, 0), (1, 37), (123_456, 10**9), (7, len(webenv.RL_SEEDS) - 2)]:
         pages = [t.seed for t in step_tasks(tasks, cursor, 64, seed)]
         assert all(p in webenv.RL_SEEDS for p in pages), (seed, cursor)
@@ -446,7 +446,8 @@ def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
     as with every sample scored: with one update per batch (ratio 1) samples merge whatever their advantages;
     with several (ratio != 1 after the first), only samples with equal advantages merge."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from train_mgrpo import forward_logprobs, merge_identical
+    from train_mgrpo import merge_identical
+    from trainlib import forward_logprobs
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=1)).double()
@@ -480,7 +481,7 @@ def test_sync_weights_frees_the_cache_wakes_weights_pushes_then_wakes_the_kv_cac
     one): after an update the trainer hands its cached GPU memory back before vLLM allocates anything, wakes the
     engine's weights, pushes the new ones, and only then re-allocates the KV cache, so the push's gather
     buffers and the cache are never on the GPU together."""
-    import policy
+    import vllm_backend
     calls = []
 
     class Engine:
@@ -494,8 +495,8 @@ def test_sync_weights_frees_the_cache_wakes_weights_pushes_then_wakes_the_kv_cac
         calls.append(("push", model))
 
     monkeypatch.setattr(trainlib, "free_cached_memory", lambda: calls.append(("free_cached_memory",)) or 0)
-    monkeypatch.setattr(policy, "push_weights_to_vllm", push)
-    backend = policy.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=True, stop_ids=[0])
+    monkeypatch.setattr(vllm_backend, "push_weights_to_vllm", push)
+    backend = vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=True, stop_ids=[0])
     asyncio.run(sync_weights(backend, "model"))
     assert calls == [("free_cached_memory",), ("wake_up", ["weights"]), ("push", "model"), ("wake_up", ["kv_cache"])]
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import policy
+import vllm_backend
 from fake_openai import ChatHandler, serve
 from processes import outliving, read_until
 
@@ -197,16 +198,16 @@ def test_flash_attention_only_when_its_kernels_load(tmp_path, monkeypatch, packa
 def test_each_rank_engine_sees_its_own_gpu(monkeypatch):
     """The DeepSpeed launcher gives every rank the same CUDA_VISIBLE_DEVICES; each rank's vLLM engine is started
     seeing only the rank's GPU (vLLM would put them all on device 0), and the trainer's view is restored."""
-    assert policy.engine_visible_devices(2, "4,5,6,7") == "6"
-    assert policy.engine_visible_devices(0, "3") == "3" and policy.engine_visible_devices(3, None) == "3"
+    assert vllm_backend.engine_visible_devices(2, "4,5,6,7") == "6"
+    assert vllm_backend.engine_visible_devices(0, "3") == "3" and vllm_backend.engine_visible_devices(3, None) == "3"
     with pytest.raises(ValueError, match="local rank 2 has no GPU"):
-        policy.engine_visible_devices(2, "0,1")
+        vllm_backend.engine_visible_devices(2, "0,1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
-    with policy._engine_gpus(1):
+    with vllm_backend._engine_gpus(1):
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    with policy._engine_gpus(0):
+    with vllm_backend._engine_gpus(0):
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
@@ -603,7 +604,7 @@ def test_openai_backend_unreachable_server_is_an_error_not_a_crash():
 _ZERO3_SCRIPT = textwrap.dedent(r"""
     import asyncio, json, os, sys
     sys.path.insert(0, sys.argv[1])
-    import torch, deepspeed, policy
+    import torch, deepspeed, policy, vllm_backend
 
     model, _ = policy.build_tiny("tiny:layers=1,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300")
     reference = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -627,7 +628,7 @@ _ZERO3_SCRIPT = textwrap.dedent(r"""
         async def reset_prefix_cache(self): self.resets += 1
 
     eng = Engine()
-    stats = asyncio.run(policy.push_weights_to_vllm(eng, module, chunk_bytes=1 << 12))
+    stats = asyncio.run(vllm_backend.push_weights_to_vllm(eng, module, chunk_bytes=1 << 12))
     ok = {n: bool(n in eng.got and eng.got[n].shape == r.shape and torch.equal(eng.got[n], r))
           for n, r in reference.items()}
     still = [n for n, p in module.named_parameters() if hasattr(p, "ds_id") and p.data.numel() == 0]
@@ -675,6 +676,8 @@ def test_make_backend(tiny):
     assert isinstance(policy.make_backend("openai", base_url="http://x/v1", model="m"), policy.OpenAIBackend)
     with pytest.raises(ValueError, match="unknown backend"):
         policy.make_backend("tgi")
+    with pytest.raises(ValueError, match="vllm_backend.VLLMBackend"):     # vLLM's lives in its own module
+        policy.make_backend("vllm")
 
 
 def test_vllm_sleep_mode_rule():
@@ -693,14 +696,14 @@ def test_vllm_sleep_mode_rule():
         async def wake_up(self, tags=None):
             self.calls.append(("wake_up", tags))
     eng = Engine()
-    backend = policy.VLLMBackend(engine=eng, tokenizer=None, sleep_mode=True, stop_ids=[0])
+    backend = vllm_backend.VLLMBackend(engine=eng, tokenizer=None, sleep_mode=True, stop_ids=[0])
     asyncio.run(backend.sleep())
     asyncio.run(backend.wake_up())
     assert eng.calls == [("sleep", 1), ("wake_up", None)]
-    off = policy.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=False, stop_ids=[0])
+    off = vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=False, stop_ids=[0])
     asyncio.run(off.sleep())
     assert off.engine.calls == []
-    assert policy.VLLMBackend(engine=Engine(), tokenizer=None, stop_ids=[0]).sleep_mode == torch.cuda.is_available()
+    assert vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, stop_ids=[0]).sleep_mode == torch.cuda.is_available()
 
 
 def test_load_in_bf16_casts_parameters_but_keeps_rotary_frequencies_in_fp32(tmp_path):
@@ -769,7 +772,7 @@ def test_check_gpu_refuses_an_old_driver_or_python_in_one_line(tmp_path):
 _DETACHED_PARENT = textwrap.dedent(r"""
     import json, multiprocessing, os, sys, time
     sys.path.insert(0, sys.argv[1])
-    import policy
+    import vllm_backend
 
     def child(ready):
         ready.set()
@@ -777,7 +780,7 @@ _DETACHED_PARENT = textwrap.dedent(r"""
 
     if __name__ == "__main__":
         pids = []
-        with policy._engine_detached(own_session=sys.argv[2] == "1"):    # as _start_vllm starts an engine
+        with vllm_backend._engine_detached(own_session=sys.argv[2] == "1"):    # as _start_vllm starts an engine
             for method in ("fork", "spawn"):
                 ctx = multiprocessing.get_context(method)
                 ready = ctx.Event()

@@ -4,8 +4,8 @@ services (a vLLM server, DeepSpeed's port) on another port of the same host. The
 listening socket: it must never see a TCP connection, let alone a byte. Each attempt is counted in
 ``info["blocked_requests"]`` (by kind in ``info["blocked_kinds"]``).
 
-Enforcement (env/sandbox.py, env/browser.py): the context's request router aborts requests outside the task's origins; every
-connection goes through the SandboxProxy (SOCKS5), which checks each one, redirect hops included, against
+Enforcement (env/sandbox.py, env/browser.py): the context's request router aborts requests outside the task's
+origins; every connection goes through the SandboxProxy (SOCKS5), which checks each one, redirect hops included, against
 the same origins before any name is resolved; Chromium resolves no name itself; WebRTC is removed.
 
 One site, one trainer stand-in and one env are shared by the module (the session's BrowserPool)."""

@@ -375,7 +375,8 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
     environ = {k: v for k, v in os.environ.items() if k not in ("SITESUITE_URL", "RANK", "WORLD_SIZE")}
     environ.update(PYTHONUNBUFFERED="1", TORCH_EXTENSIONS_DIR=str(root / ".torch_extensions"))
     logs = [tmp_path / f"server{i}.log" for i in range(2)]
-    servers = [subprocess.Popen([sys.executable, "-m", "env", "suite", "--port", str(p), "--shared", str(seed)], cwd=root,
+    suite = [sys.executable, "-m", "env", "suite"]
+    servers = [subprocess.Popen(suite + ["--port", str(p), "--shared", str(seed)], cwd=root,
                                 env=environ, stdout=open(log, "w"), stderr=subprocess.STDOUT)
                for p, log in zip(ports, logs)]
     try:
@@ -384,7 +385,7 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
             assert time.time() < deadline and all(s.poll() is None for s in servers), [log.read_text() for log in logs]
             time.sleep(0.2)
         configs = tmp_path / "configs.json"
-        subprocess.run([sys.executable, "-m", "env", "suite", "--configs", str(configs), "--shared", str(seed), "--tasks",
+        subprocess.run(suite + ["--configs", str(configs), "--shared", str(seed), "--tasks",
                         "edit-profile@in,add-to-cart", "--port", str(ports[0])], cwd=root, env=environ, check=True)
         environ.update(WA_SUITE=" ".join(urls), WA_SUITE_RESET="{url}/__reset")
         try:

@@ -100,8 +100,8 @@ for T in (1.0, 0.4):
     args = train_mgrpo.Args(micro_batch=2, updates_per_batch=2, episode=EpisodeConfig(temperature=T))
     got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)   # lr 0: the policy stays put
     with torch.no_grad():
-        lp, ent, mask = train_mgrpo.forward_logprobs(model, samples, tok.pad_token_id, "cpu", T)
-        lr = train_mgrpo.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", T)[0]
+        lp, ent, mask = trainlib.forward_logprobs(model, samples, tok.pad_token_id, "cpu", T)
+        lr = trainlib.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", T)[0]
         d = lr - lp
         n = mask.sum()
         want = {"kl": float(((d.exp() - d - 1) * mask).sum() / n), "entropy": float((ent * mask).sum() / n)}
@@ -171,7 +171,7 @@ async def steps():
         gens = await asyncio.gather(*(gen.generate(p) for p in prompts))
         samples = [Sample(p + g.ids, [0] * len(p) + [1] * len(g.ids)) for p, g in zip(prompts, gens)]
         with torch.no_grad():
-            lp = train_mgrpo.forward_logprobs(engine, samples, tok.pad_token_id, "cpu")[0]
+            lp = trainlib.forward_logprobs(engine, samples, tok.pad_token_id, "cpu")[0]
         res["gap"].append(max(abs(sum(g.logprobs) - float(row.sum())) for g, row in zip(gens, lp)))
         batch = train_mgrpo.Batch(samples, adv=[1.0, -1.0], weight=[0.5, 0.5], groups=1, zero_std=[False],
                                   dropped=0)

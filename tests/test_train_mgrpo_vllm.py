@@ -47,7 +47,7 @@ def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):
 @pytest.mark.usefixtures("vllm_required")
 def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes(half_right_bc, tmp_path):
     """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. The vLLM engine's processes
-    live in a session of their own (`policy.detach_from_trainer`), so the signal reaches the trainer only: it
+    live in a session of their own (`vllm_backend.detach_from_trainer`), so the signal reaches the trainer only: it
     finishes the step, saves, shuts the engine down and exits 0, and no process it started (engine, workers,
     browser) outlives it. Before, the engine core exited on the same SIGINT and the step failed. Then the run
     resumes (ZeRO-3): the engine, started from the BC model, gets the checkpoint's weights pushed first, and

@@ -114,8 +114,8 @@ def test_collectives_go_to_the_device_of_the_backend(monkeypatch):
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: 2)
     monkeypatch.setattr(trainlib, "collective_device", lambda: seen.append("asked") or torch.device("cpu"))
     monkeypatch.setattr(torch.distributed, "all_reduce", lambda t, op=None: seen.append(t.device) or t.mul_(2))
-    assert train_mgrpo._all_reduce_sum(5) == 10 and train_mgrpo._all_reduce_max(1) == 2
-    assert train_mgrpo._all_reduce_mean({"a": 1.0}) == {"a": 1.0}
+    assert trainlib.all_reduce_sum(5) == 10 and trainlib.all_reduce_max(1) == 2
+    assert trainlib.all_reduce_mean({"a": 1.0}) == {"a": 1.0}
     assert seen == ["asked", torch.device("cpu")] * 3
 
 
@@ -194,8 +194,8 @@ import torch, trainlib, train_mgrpo
 rank, local_rank, world = trainlib.init_distributed(timeout_s=2400)
 out = {"rank": rank, "world": world, "backend": torch.distributed.get_backend(),
        "device": str(trainlib.collective_device()),
-       "sum": train_mgrpo._all_reduce_sum(rank + 1), "max": train_mgrpo._all_reduce_max(rank + 1),
-       "fmax": train_mgrpo._all_reduce_fmax(-float(rank)), "mean": train_mgrpo._all_reduce_mean({"a": float(rank)})}
+       "sum": trainlib.all_reduce_sum(rank + 1), "max": trainlib.all_reduce_max(rank + 1),
+       "fmax": trainlib.all_reduce_fmax(-float(rank)), "mean": trainlib.all_reduce_mean({"a": float(rank)})}
 print("RESULT " + json.dumps(out), flush=True)
 torch.distributed.destroy_process_group()
 """

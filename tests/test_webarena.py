@@ -1,5 +1,5 @@
 """WebArena / WebArena-Lite configs and rubrics (env.load_webarena_tasks, env.evaluate) against a tiny
-site served on 127.0.0.1 (tests/site.py), in real Chromium through env.BrowserPool / WebEnv.
+site served on 127.0.0.1 (tests/webarena_sites.py), in real Chromium through env.BrowserPool / WebEnv.
 
 Covers: placeholder substitution from WA_<SITE> / <SITE>, malformed configs rejected at load with the
 task id and field named, the config shapes of the public files (tests/webarena_shapes.json), the two
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
@@ -30,20 +29,18 @@ from pathlib import Path
 import pytest
 
 import env
+import webarena_sites
 from env import webarena
 
 pytestmark = pytest.mark.timeout(120)
 
-_spec = importlib.util.spec_from_file_location("webarena_test_site", Path(__file__).with_name("site.py"))
-site_mod = importlib.util.module_from_spec(_spec)  # not `import site`: that name is the stdlib's
-_spec.loader.exec_module(site_mod)
 
 
 # ---- fixtures ----
 
 @pytest.fixture(scope="module")
 def site():
-    s = site_mod.Site()
+    s = webarena_sites.Site()
     s.start()
     yield s
     s.stop()
@@ -94,7 +91,7 @@ def login_state(site, tmp_path: Path, user: str = "alice") -> str:
         site.sessions[token] = user
     path = tmp_path / f"{user}_state.json"
     path.write_text(json.dumps({"cookies": [{
-        "name": site_mod.COOKIE, "value": token, "domain": "127.0.0.1", "path": "/", "expires": -1,
+        "name": webarena_sites.COOKIE, "value": token, "domain": "127.0.0.1", "path": "/", "expires": -1,
         "httpOnly": True, "secure": False, "sameSite": "Lax"}], "origins": []}))
     return str(path)
 
@@ -881,7 +878,7 @@ def signed_in(site, tmp_path: Path, kind: str, account: str) -> str:
         site.logins[kind][token] = account
     path = tmp_path / f"{kind}_state.json"
     path.write_text(json.dumps({"cookies": [{
-        "name": site_mod.COOKIES[kind], "value": token, "domain": "127.0.0.1", "path": "/", "expires": -1,
+        "name": webarena_sites.COOKIES[kind], "value": token, "domain": "127.0.0.1", "path": "/", "expires": -1,
         "httpOnly": True, "secure": False, "sameSite": "Lax"}], "origins": []}))
     return str(path)
 
@@ -1268,7 +1265,7 @@ def test_leased_replicas_are_signed_into_after_their_reset(site, tmp_path, pool,
     login gets a file signed into its own replicas after their last reset (.auth/replicas/...): two
     concurrent GitLab trajectories on two replicas both start signed in."""
     import rollout
-    other = site_mod.Site()
+    other = webarena_sites.Site()
     other.start()
     try:
         monkeypatch.chdir(tmp_path)

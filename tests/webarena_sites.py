@@ -1,5 +1,5 @@
-"""A tiny web site for the WebArena tests: log in, log out, a profile page that needs a login, and a
-form that edits the profile name. State lives on the server (users, sessions, orders, reviews, project
+"""The WebArena sites' stand-ins for tests/test_webarena.py: one tiny web site to log in, log out, a profile page
+that needs a login, and a form that edits the profile name. State lives on the server (users, sessions, orders, reviews, project
 members), so a program_html check can verify an edit from a fresh page of the same browser context.
 
 Pages: ``/`` (home, links), ``/login`` (GET form, POST sets the ``session`` cookie), ``/logout``
@@ -28,8 +28,13 @@ WA_SHOPPING_ADMIN at URL + "/admin":
   table GitLab renders: ``td[data-label='Account'] span.gl-avatar-labeled-sublabel`` = "@user",
   ``td.col-max-role span`` = the role).
 
+Why not the site suite (env/sitesuite.py): that is a shop and forum of its own, with its own sign-in page and
+account, for training and evaluating agents; these tests check the WebArena family against the real sites' sign-in
+forms, cookies, admin token API and member tables (what WebArena's auto_login.py and helper functions touch),
+which the suite does not imitate and should not grow for tests' sake.
+
 Standard library only: a ThreadingHTTPServer on 127.0.0.1 with an ephemeral port.
-Run by hand: ``python tests/site.py`` prints the URL and serves until Ctrl-C.
+Run by hand: ``python tests/webarena_sites.py`` prints the URL and serves until Ctrl-C.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""train_bc.py data paths: our trajectory JSONL, the WebRL/VAB sharegpt format, and the R1-CoT rewrite
+"""bc_data.py, the data of train_bc.py: our trajectory JSONL, the WebRL/VAB sharegpt format, and the R1-CoT rewrite
 against a real local HTTP teacher (including one that fails)."""
 import asyncio
 import json
@@ -7,7 +7,7 @@ import pytest
 
 import compress
 import policy
-import train_bc
+import bc_data
 from fake_openai import ChatHandler, serve
 
 OBS0 = '<html> <input id="0" type="text" placeholder="Username"> </input> <button id="1"> Login </button> </html>'
@@ -28,7 +28,7 @@ WEBRL = {"conversations": [
 
 
 def test_trajectory_steps_compress_history():
-    steps = train_bc.records_to_steps([TRAJ], prompt="short")
+    steps = bc_data.records_to_steps([TRAJ], prompt="short")
     assert len(steps) == 2
     last = steps[1].messages
     assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "assistant"]
@@ -38,13 +38,13 @@ def test_trajectory_steps_compress_history():
 
 
 def test_failed_demonstrations_are_not_cloned():
-    assert train_bc.records_to_steps([dict(TRAJ, reward=0.0)], prompt="short") == []
+    assert bc_data.records_to_steps([dict(TRAJ, reward=0.0)], prompt="short") == []
 
 
 def test_webrl_sharegpt_loader(tmp_path):
     path = tmp_path / "webrl.json"
     path.write_text(json.dumps([WEBRL, dict(WEBRL, system="You are a web agent.")]))
-    steps = train_bc.records_to_steps(train_bc.load_records(str(path)), prompt="thinking")
+    steps = bc_data.records_to_steps(bc_data.load_records(str(path)), prompt="thinking")
     assert [m["role"] for m in steps[0].messages] == ["user", "assistant"]
     assert [m["role"] for m in steps[1].messages] == ["system", "user", "assistant"]
     tok = policy.build_tokenizer(["REPORTS do(action=\"Click\") Task Instruction"] * 20, vocab_size=400)
@@ -55,15 +55,15 @@ def test_webrl_sharegpt_loader(tmp_path):
 
 def test_sharegpt_loader_rejects_bad_records():
     with pytest.raises(ValueError, match="unknown role"):
-        train_bc.sharegpt_steps({"conversations": [{"from": "robot", "value": "x"}]})
+        bc_data.sharegpt_steps({"conversations": [{"from": "robot", "value": "x"}]})
     with pytest.raises(ValueError, match="must end with"):
-        train_bc.sharegpt_steps({"conversations": [{"from": "human", "value": "x"}]})
+        bc_data.sharegpt_steps({"conversations": [{"from": "human", "value": "x"}]})
 
 
 def test_multi_turn_sharegpt_trains_every_gpt_turn():
     rec = {"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"},
                              {"from": "human", "value": "c"}, {"from": "gpt", "value": "d"}], "system": "s"}
-    steps = train_bc.sharegpt_steps(rec)
+    steps = bc_data.sharegpt_steps(rec)
     assert [[m["content"] for m in st.messages] for st in steps] == [["s", "a", "b"], ["s", "a", "b", "c", "d"]]
 
 
@@ -94,14 +94,14 @@ def _teacher(url):
 def test_cot_rewrite_keeps_actions_and_caches(tmp_path, teacher_url):
     records = [json.loads(json.dumps(TRAJ))]
     cache = tmp_path / "cot.jsonl"
-    counts = asyncio.run(train_bc.rewrite_with_cot(records, _teacher(teacher_url), str(cache), concurrency=2))
+    counts = asyncio.run(bc_data.rewrite_with_cot(records, _teacher(teacher_url), str(cache), concurrency=2))
     assert counts == {"cot/requests": 2, "cot/cached": 0, "cot/failures": 0}
     for new, old in zip(records[0]["steps"], TRAJ["steps"]):
         thought, action = compress.split_response(new["response"])
         assert thought.startswith("I look at the page") and action == compress.split_response(old["response"])[1]
     # a rerun asks nothing twice
     again = [json.loads(json.dumps(TRAJ))]
-    counts = asyncio.run(train_bc.rewrite_with_cot(again, _teacher(teacher_url), str(cache), concurrency=2))
+    counts = asyncio.run(bc_data.rewrite_with_cot(again, _teacher(teacher_url), str(cache), concurrency=2))
     assert counts == {"cot/requests": 0, "cot/cached": 2, "cot/failures": 0} and _Teacher.calls == 2
     assert again == records
 
@@ -109,7 +109,7 @@ def test_cot_rewrite_keeps_actions_and_caches(tmp_path, teacher_url):
 def test_cot_rewrite_failing_teacher_keeps_original(tmp_path, teacher_url):
     _Teacher.fail = True
     records = [json.loads(json.dumps(TRAJ))]
-    counts = asyncio.run(train_bc.rewrite_with_cot(records, _teacher(teacher_url), str(tmp_path / "c.jsonl"), concurrency=2))
+    counts = asyncio.run(bc_data.rewrite_with_cot(records, _teacher(teacher_url), str(tmp_path / "c.jsonl"), concurrency=2))
     assert counts["cot/failures"] == 2 and records == [TRAJ]
 
 
@@ -166,15 +166,15 @@ def test_webrl_inline_record_renders_as_webrl_trained(tmp_path, llama3_tok):
     path = tmp_path / "webrl.json"
     path.write_text(json.dumps([W_REC, dict(W_REC, system=W_SYSTEM)]))
     names = []
-    steps = train_bc.records_to_steps(train_bc.load_records(str(path), names), prompt="thinking", names=names)
+    steps = bc_data.records_to_steps(bc_data.load_records(str(path), names), prompt="thinking", names=names)
     assert [st.render for st in steps] == ["llama3_web", "llama3_web"]
     for st, system in zip(steps, [None, W_SYSTEM]):
-        ids, mask = train_bc.render_step(tok, st)
+        ids, mask = bc_data.render_step(tok, st)
         want_ids, want_mask = _webrl_expected(tok, system)
         assert ids == want_ids
         assert mask == want_mask
     # the loss covers only the record's gpt turn: the inline Round-0 response is prompt
-    ids, mask = train_bc.render_step(tok, steps[0])
+    ids, mask = bc_data.render_step(tok, steps[0])
     assert tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False) == W_RESP1 + EOT
     # mutation guard: the markers treated as plain text (the old rendering: a user turn of the Llama-3 chat
     # template, control strings sanitized; or the verbatim text with special tokens split) are other ids
@@ -185,7 +185,7 @@ def test_webrl_inline_record_renders_as_webrl_trained(tmp_path, llama3_tok):
         tok.convert_tokens_to_ids(EOT)] != _webrl_expected(tok)[0]
     # --no-think-in-loss on a thinking response: the thought leaves the loss, the answer and <|eot_id|> stay
     think = compress.format_response("# Element: the REPORTS link", 'do(action="Click", element="7")')
-    ids, mask = train_bc.render_llama3_web(tok, steps[0].messages[:-1] + [{"role": "assistant", "content": think}],
+    ids, mask = bc_data.render_llama3_web(tok, steps[0].messages[:-1] + [{"role": "assistant", "content": think}],
                                            think_in_loss=False)
     kept = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
     assert "REPORTS link" not in kept and kept.strip().endswith(EOT) and 'element="7"' in kept
@@ -198,25 +198,25 @@ def test_webrl_inline_record_needs_llama3_special_tokens(tmp_path):
     path = tmp_path / "webrl.jsonl"
     path.write_text(json.dumps(WEBRL) + "\n" + json.dumps(W_REC) + "\n")
     names = []
-    steps = train_bc.records_to_steps(train_bc.load_records(str(path), names), prompt="short", names=names)
+    steps = bc_data.records_to_steps(bc_data.load_records(str(path), names), prompt="short", names=names)
     assert [st.render for st in steps] == ["chat", "llama3_web"]
-    train_bc.render_step(chatml, steps[0])                 # a plain sharegpt record is unaffected
-    with pytest.raises(train_bc.WebRLFormatError, match=r"webrl\.jsonl line 2.*<\|eot_id\|>.*--webrl-render split"):
-        train_bc.render_step(chatml, steps[1])
+    bc_data.render_step(chatml, steps[0])                 # a plain sharegpt record is unaffected
+    with pytest.raises(bc_data.WebRLFormatError, match=r"webrl\.jsonl line 2.*<\|eot_id\|>.*--webrl-render split"):
+        bc_data.render_step(chatml, steps[1])
 
 
 def test_webrl_split_render_rebuilds_the_paper_turns(llama3_tok):
     """--webrl-render split: the human turn becomes the messages it embeds (the project's own prompt turns),
     rendered by the model's chat template; only the record's gpt turn is trained."""
-    steps = train_bc.records_to_steps([W_REC], prompt="short", webrl_render="split")
+    steps = bc_data.records_to_steps([W_REC], prompt="short", webrl_render="split")
     assert len(steps) == 1 and steps[0].render == "chat"
     want = compress.build_messages(W_INTENT, [compress.Turn("<html> round 0 </html>", W_RESP0)], W_OBS1,
                                    prompt=None) + [{"role": "assistant", "content": W_RESP1}]
     assert steps[0].messages == want
-    ids, mask = train_bc.render_step(llama3_tok, steps[0])
+    ids, mask = bc_data.render_step(llama3_tok, steps[0])
     assert ids == llama3_tok.apply_chat_template(want, tokenize=True, return_dict=True)["input_ids"]
     assert llama3_tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False) == W_RESP1 + EOT
     # a human turn with markers that is not WebRL's layout is refused in split mode, named
     bad = {"id": "x7", "conversations": [{"from": "human", "value": f"hi {EOT} there"}, {"from": "gpt", "value": "ok"}]}
     with pytest.raises(ValueError, match="record 0 .id 'x7'.*does not end with"):
-        train_bc.records_to_steps([bad], prompt="short", webrl_render="split")
+        bc_data.records_to_steps([bad], prompt="short", webrl_render="split")

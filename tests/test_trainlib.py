@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import bc_data
 import policy
-import train_bc
 import trainlib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def test_broken_demonstration_files_name_file_and_line(tmp_path, content, messag
     path = tmp_path / "demos.jsonl"
     path.write_text(content)
     with pytest.raises(ValueError, match=message) as err:
-        train_bc.load_records(str(path))
+        bc_data.load_records(str(path))
     assert str(path) in str(err.value)
 
 
@@ -100,9 +100,8 @@ def test_every_script_prints_its_help(script, capsys):
 
 def test_collectives_go_to_the_device_of_the_backend(monkeypatch):
     """NCCL has no CPU path: a collective under it must use this rank's GPU (gloo accepts anything, so the rule
-    itself is checked), and train_mgrpo's reductions go through it."""
+    itself is checked), and the reductions train_mgrpo uses (trainlib.all_reduce_*) go through it."""
     import torch
-    import train_mgrpo
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setenv("LOCAL_RANK", "3")
     monkeypatch.setattr(torch.distributed, "get_backend", lambda *a: "nccl")
@@ -190,7 +189,7 @@ def test_deepspeed_env_carries_the_site_urls_to_other_nodes(tmp_path):
 _TWO_RANKS = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-import torch, trainlib, train_mgrpo
+import torch, trainlib
 rank, local_rank, world = trainlib.init_distributed(timeout_s=2400)
 out = {"rank": rank, "world": world, "backend": torch.distributed.get_backend(),
        "device": str(trainlib.collective_device()),

@@ -192,7 +192,6 @@ def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, cap
     noise does to any update at the paper's lr 1e-6): the difference check passes the stale engine, the shift
     check catches it (the engine's log-probs did not move while the trainer's did), and passes a real push."""
     import logging
-    import train_mgrpo
     from rollout import Sample
     _, model, tok = served
     run(vllm_backend.push_weights_to_vllm(engine, model), timeout=120)       # the engine at the update's start

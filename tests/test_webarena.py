@@ -1069,17 +1069,20 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
 
 
 def test_login_cli(site, tmp_path, monkeypatch):
+    """``python -m env login``, from the repository root as the docs run it."""
     all_sites(site, monkeypatch)
-    proc = subprocess.run([sys.executable, str(Path(env.__file__)), "login", "--sites", "reddit,gitlab", "--out",
-                           str(tmp_path / "auth"), "--account", "gitlab=byteblaze:hello1234"],
-                          capture_output=True, text=True, timeout=90)
+    root = Path(env.__file__).resolve().parent.parent
+
+    def login(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "env", "login", *argv], cwd=root, capture_output=True,
+                              text=True, timeout=timeout)
+    proc = login("--sites", "reddit,gitlab", "--out", str(tmp_path / "auth"), "--account", "gitlab=byteblaze:hello1234",
+                 timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.split()) == sorted(str(tmp_path / "auth" / n) for n in env.login_files(["reddit", "gitlab"]))
-    bad = subprocess.run([sys.executable, str(Path(env.__file__)), "login", "--account", "gitlab"],
-                         capture_output=True, text=True, timeout=60)
+    bad = login("--account", "gitlab")
     assert bad.returncode == 2 and "expected SITE=USER:PASSWORD" in bad.stderr
-    bad = subprocess.run([sys.executable, str(Path(env.__file__)), "login", "--sites", "map"],
-                         capture_output=True, text=True, timeout=60)
+    bad = login("--sites", "map")
     assert bad.returncode == 1 and bad.stderr.strip() == ("login failed: no login for site(s) ['map'] "
                                                           "(sites with a login: gitlab, shopping, shopping_admin, reddit)")
 

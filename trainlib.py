@@ -13,15 +13,11 @@ Nothing here is specific to the method; the two scripts keep the paper's logic r
 """
 from __future__ import annotations
 
-import argparse
-import ast
 import contextlib
 import dataclasses
 import gc
-import inspect
 import json
 import logging
-import textwrap
 import typing
 import math
 import os
@@ -29,6 +25,7 @@ import random
 import re
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -42,49 +39,19 @@ log = logging.getLogger("webagent")
 # ---- command line ----
 
 def parse_args(cls, argv: list[str] | None = None):
-    """Parse the command line into an ``Args`` dataclass (CleanRL style): one ``--flag`` per field,
-    its help taken from the docstring written under the field, booleans as ``--x/--no-x``, ``Literal[...]``
+    """Parse the command line into an ``Args`` dataclass with ``tyro`` (as CleanRL's scripts do): one ``--flag``
+    per field, its help the docstring written under the field, booleans as ``--x/--no-x``, ``Literal[...]``
     fields as choices. A field whose type is itself a dataclass (a config shared by several scripts, e.g.
-    ``rollout.EpisodeConfig``) contributes its fields as flags of their own (``--temperature``), with the
-    defaults of the instance the script's ``Args`` builds."""
-    parser = argparse.ArgumentParser(description=(cls.__doc__ or "").strip(),
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    _add_flags(parser, cls, _defaults(cls))
-    args, unknown = parser.parse_known_args(argv)
-    unknown = [u for u in unknown if not u.startswith("--local_rank") and not u.startswith("--local-rank")]
-    if unknown:   # the deepspeed launcher appends --local_rank; anything else is a typo
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    return _build(cls, vars(args))
-
-
-def _defaults(cls) -> dict[str, Any]:
-    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            for f in dataclasses.fields(cls)}
-
-
-def _add_flags(parser: argparse.ArgumentParser, cls, defaults: dict[str, Any]) -> None:
-    docs, hints = _field_docs(cls), typing.get_type_hints(cls)
-    docs = {k: v.replace("%", "%%") for k, v in docs.items()}   # argparse %-formats help texts
-    for f in dataclasses.fields(cls):
-        kind, default = hints[f.name], defaults[f.name]
-        if dataclasses.is_dataclass(kind):   # a shared config: its fields are flags too
-            _add_flags(parser, kind, {g.name: getattr(default, g.name) for g in dataclasses.fields(kind)})
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if kind is bool:
-            parser.add_argument(flag, dest=f.name, default=default, action=argparse.BooleanOptionalAction,
-                                help=docs.get(f.name))
-        elif typing.get_origin(kind) is typing.Literal:
-            parser.add_argument(flag, dest=f.name, default=default, choices=typing.get_args(kind),
-                                help=docs.get(f.name))
-        else:
-            parser.add_argument(flag, dest=f.name, default=default, type=_caster(kind), help=docs.get(f.name))
-
-
-def _build(cls, values: dict[str, Any]):
-    hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _build(hints[f.name], values) if dataclasses.is_dataclass(hints[f.name])
-                  else values[f.name] for f in dataclasses.fields(cls)})
+    ``rollout.EpisodeConfig``) contributes its fields as flags of their own (``--temperature``, no prefix), with
+    the defaults of the instance the script's ``Args`` builds. The ``--local_rank`` the deepspeed launcher
+    appends is accepted and dropped; anything else unknown is an error."""
+    import tyro   # here: the processes that import trainlib for its other parts never parse a command line
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ranks = [k for k, a in enumerate(argv) if a.split("=")[0] in ("--local_rank", "--local-rank")]
+    for k in reversed(ranks):
+        del argv[k:k + (1 if "=" in argv[k] else 2)]
+    return tyro.cli(cls, args=argv, config=(tyro.conf.OmitArgPrefixes,),
+                    description=(cls.__doc__ or "").strip())
 
 
 def args_dict(args) -> dict[str, Any]:
@@ -94,26 +61,6 @@ def args_dict(args) -> dict[str, Any]:
         value = getattr(args, f.name)
         out.update(args_dict(value) if dataclasses.is_dataclass(value) else {f.name: value})
     return out
-
-
-def _caster(kind):
-    if kind in (int, float, str):
-        return kind
-    args = getattr(kind, "__args__", ())   # Optional[X] / X | None
-    inner = [a for a in args if a is not type(None)]
-    return inner[0] if len(inner) == 1 and inner[0] in (int, float, str) else str
-
-
-def _field_docs(cls) -> dict[str, str]:
-    """The string literal written right under each dataclass field."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body, docs = tree.body[0].body, {}
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
 
 
 # ---- distributed launch ----

@@ -20,7 +20,7 @@
 # (docs/results.md, "Choosing the demo's tasks" and "Issue 32"): 20 demonstrations per task, as in the paper's
 # regime (WebArena-Lite's BC set is small, interaction is plentiful); BC 300 steps at lr 1e-3 (converged: 600
 # steps scored -2.1 +- 3.5 against it); M-GRPO 32 steps of B 8 x G 8 at lr 1e-4 (RL_DEMO_* in
-# demo_common.sh: the budget rule of scripts/demo_budget.sh), T = 1, task rotation, the paper's Eq. 2 weights
+# demo_common.sh: the budget rule of experiments/demo_budget.sh), T = 1, task rotation, the paper's Eq. 2 weights
 # (the rl function of demo_common.sh); 50 held-out episodes per task.
 set -euo pipefail
 cd "$(dirname "$0")/.."

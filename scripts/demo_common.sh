@@ -9,7 +9,7 @@ TASKS=miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tre
 # The first demo's 8 tasks (the last three multi-step), where BC saturates: the saturated case of
 # docs/results.md, the candidates' exclusion list and the configuration make demo-findings measured
 SATURATED_TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-text,click-checkboxes,click-collapsible-2,login-user
-# make demo's M-GRPO, chosen on validation pages by scripts/demo_budget.sh's rule (issue 32, docs/results.md):
+# make demo's M-GRPO, chosen on validation pages by experiments/demo_budget.sh's rule (issue 32, docs/results.md):
 # 32 steps of B 8 tasks x G 8 = 2048 trajectories, lr 1e-4 after 4 warm-up steps, the update in micro-batches
 # of 16, greedy success on 3 validation pages per task every 8 steps (drawn in dynamics.png)
 RL_DEMO_STEPS=32; RL_DEMO_B=8; RL_DEMO_G=8

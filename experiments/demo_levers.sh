@@ -9,7 +9,7 @@
 # by at least one standard error, paired; the adopted levers together make one more run (rl300-combined,
 # added here once they are known), and the demo uses it if it is at least as good as the best single adopted
 # lever, else that lever alone; nothing adopted: the demo keeps its settings.
-# A run or evaluation whose output exists is not run again.  bash scripts/demo_levers.sh [NAME ...]
+# A run or evaluation whose output exists is not run again.  bash experiments/demo_levers.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, stage, rl

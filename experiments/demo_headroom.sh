@@ -3,7 +3,7 @@
 # task; never env.EVAL_SEEDS), greedy success beside pass@8 (8 samples at T = 1 per page: a page counts if any
 # of them succeeds) and the mean success of those samples, per task. RL that only sharpens the policy towards
 # what it already samples cannot lift greedy success above pass@8.
-#   bash scripts/demo_headroom.sh MODEL_DIR OUT     (e.g. runs/budget/bc300/hf runs/budget/headroom)
+#   bash experiments/demo_headroom.sh MODEL_DIR OUT     (e.g. runs/budget/bc300/hf runs/budget/headroom)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, stage

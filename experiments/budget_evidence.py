@@ -1,9 +1,9 @@
-"""Keep the per-episode outcomes of scripts/demo_budget.sh's (or demo_credit.sh's) evaluations in the repository,
+"""Keep the per-episode outcomes of experiments/demo_budget.sh's (or demo_credit.sh's) evaluations in the repository,
 compact: a later session (a fresh machine, without runs/) pairs its runs against these on the same validation
 pages.
 
-    .venv/bin/python scripts/budget_evidence.py [runs/budget [OUT]]   # OUT: docs/evidence/issue32_budget_validation.json
-    .venv/bin/python scripts/budget_evidence.py runs/credit docs/evidence/issue42_credit_validation.json
+    .venv/bin/python experiments/budget_evidence.py [runs/budget [OUT]]   # OUT: experiments/evidence/issue32_budget_validation.json
+    .venv/bin/python experiments/budget_evidence.py runs/credit experiments/evidence/issue42_credit_validation.json
 
 Each run: its outcomes ("miniwob/TASK/SEED": 0 or 1) and the sha256 of the BC 300 weights it started from
 (a retrained BC 300 with another hash is another baseline: pair a run only with runs of its own hash).
@@ -15,12 +15,12 @@ from pathlib import Path
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/budget")
 out = Path(sys.argv[2]) if len(sys.argv) > 2 else \
-    Path(__file__).resolve().parent.parent / "docs/evidence/issue32_budget_validation.json"
+    Path(__file__).resolve().parent.parent / "experiments/evidence/issue32_budget_validation.json"
 bc = hashlib.sha256((root / "bc300/hf/model.safetensors").read_bytes()).hexdigest()
 data = json.loads(out.read_text()) if out.exists() else {
     "what": "greedy success per validation page (env.VALID_SEEDS 500000..500029 of the demo's 8 tasks, <= 6 "
             "interactions, prompt short, 64 new tokens) of BC 300 and the M-GRPO runs evaluated beside it "
-            f"({root.name}: scripts/demo_budget.sh or scripts/demo_credit.sh)",
+            f"({root.name}: experiments/demo_budget.sh or experiments/demo_credit.sh)",
     "runs": {}}
 for d in sorted((root / "evals").iterdir()):
     if (d / "results.json").exists():

@@ -17,7 +17,7 @@
 #     it is at least as good as the best single one, else that one.
 #  4. No setting lifts BC: make demo keeps M-GRPO at lr 1e-5, B 4 x G 4, and the README gives these curves.
 # Every run tried gets its row in the table, the ones that fail included.
-# A run or evaluation whose output exists is not run again.   bash scripts/demo_budget.sh [NAME ...]
+# A run or evaluation whose output exists is not run again.   bash experiments/demo_budget.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, stage, bc, rl, valid_runs

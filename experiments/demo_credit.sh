@@ -17,7 +17,7 @@
 #     make demo's budget and lr), a larger budget if bench/bench_grad_noise.py says a step needs more
 #     trajectories than make demo's 64, a low-rank update (LoRA). Every run gets its row, failures too.
 # A run or evaluation whose output exists is not run again; a stopped run resumes from its last checkpoint
-# (CREDIT_STEPS=16 CREDIT_CKPTS=16 runs the first half).   bash scripts/demo_credit.sh [NAME ...]
+# (CREDIT_STEPS=16 CREDIT_CKPTS=16 runs the first half).   bash experiments/demo_credit.sh [NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, stage, bc, rl, valid_runs

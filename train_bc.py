@@ -199,12 +199,7 @@ def main(args: Args) -> Path:
     rank, _, world = trainlib.init_distributed()
     trainlib.set_cpu_threads(args.torch_threads)
     device, dtype = policy.decide_device()
-    if not args.ds_config:
-        args.ds_config = "configs/zero3.json" if device.type == "cuda" else "configs/zero0.json"
-    try:   # a broken config fails now, not after data and model loaded
-        trainlib.read_ds_config(args.ds_config)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
+    args.ds_config = trainlib.checked_ds_config(args.ds_config, device)
     grad_accum = max(1, args.batch_size // (args.micro_batch * world))
     effective_batch = args.micro_batch * grad_accum * world
     out = Path(args.out)

@@ -805,12 +805,7 @@ def main(args: Args) -> Path:
     rank, local_rank, world = trainlib.init_distributed(timeout_s=collective_timeout_s(args.episode.episode_timeout))
     trainlib.set_cpu_threads(args.update_threads)   # this thread updates; generation has its own thread
     device, dtype = policy.decide_device()
-    if not args.ds_config:
-        args.ds_config = "configs/zero3.json" if device.type == "cuda" else "configs/zero0.json"
-    try:   # a broken config fails now, not after data and model loaded
-        trainlib.read_ds_config(args.ds_config)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
+    args.ds_config = trainlib.checked_ds_config(args.ds_config, device)
     if args.backend == "vllm" and not Path(args.model).is_dir():
         raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
     if args.score_temperature < 0:

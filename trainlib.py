@@ -170,6 +170,17 @@ _DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accu
             "compile", "torch_autocast", "hybrid_engine", "weight_quantization", "timers", "seq_parallel_communication_data_type")
 
 
+def checked_ds_config(path: str, device: torch.device) -> str:
+    """``--ds-config``, or the default for ``device`` when empty (ZeRO-3 on a GPU, ZeRO-0 on a CPU), read once so
+    that a broken file fails now (exit, naming the field), not after the data and the model loaded."""
+    path = path or ("configs/zero3.json" if device.type == "cuda" else "configs/zero0.json")
+    try:
+        read_ds_config(path)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    return path
+
+
 def read_ds_config(path: str) -> dict[str, Any]:
     """A DeepSpeed config file, checked before anything heavy loads: valid JSON, an object, no misspelled
     top-level key (``zero_optimizaton`` would silently turn ZeRO off), and a ``zero_optimization`` section

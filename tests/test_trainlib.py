@@ -64,6 +64,18 @@ def test_broken_deepspeed_configs_are_named(tmp_path, text, message):
         trainlib.read_ds_config(f"configs/{name}.json")
 
 
+def test_the_scripts_default_deepspeed_config_follows_the_device_and_a_broken_one_exits(tmp_path):
+    """train_bc and train_mgrpo: no --ds-config is ZeRO-3 on a GPU, ZeRO-0 on a CPU; a broken file exits with
+    its message before any data or model loads."""
+    import torch
+    assert trainlib.checked_ds_config("", torch.device("cpu")) == "configs/zero0.json"
+    assert trainlib.checked_ds_config("", torch.device("cuda", 0)) == "configs/zero3.json"
+    assert trainlib.checked_ds_config("configs/zero2.json", torch.device("cpu")) == "configs/zero2.json"
+    (tmp_path / "ds.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="must be a JSON object"):
+        trainlib.checked_ds_config(str(tmp_path / "ds.json"), torch.device("cpu"))
+
+
 @pytest.mark.parametrize("content, message", [
     ('{"task": "t", "intent": "x", "steps": []}\n{"task": "t", "intent": "x", "steps": [\n', "line 2: not valid JSON"),
     ('{"task": "t", "steps": []}\n', "line 1: trajectory record without an 'intent'"),

@@ -97,7 +97,7 @@ class Args:
     """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
     rubric: Literal["vab", "webarena"] = "vab"
     """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
-    (WebArena's original ones); see README.md, section Rubrics"""
+    (WebArena's original ones); docs/webarena.md, section Rubrics"""
     browser_endpoint: str = ""
     """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
     scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);

@@ -375,7 +375,7 @@ def long_thought(intent: str, obs_text: str, action: Action, what: str, key: str
 # ---- solvers ----
 # EXPERTS maps a MiniWoB task name to ``async solver(demo)``; the solver returns when it has sent its
 # last action (the driver then checks the reward). MULTI_STEP lists the tasks where most
-# demonstrations take 3 actions or more (measured over 100 seeds; README has the table).
+# demonstrations take 3 actions or more (measured over 100 seeds).
 
 Solver = Callable[[Demo], Awaitable[None]]
 EXPERTS: dict[str, Solver] = {}

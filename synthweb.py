@@ -3,7 +3,7 @@ observation format: find the element an instruction names and act on it.
 
 A real base model arrives knowing how to read an instruction and find the thing it names on a page; the tiny
 models of the CPU demo arrive knowing nothing, and behavior cloning on a few dozen demonstrations per task
-teaches them position guesses instead (README: "The tiny web base"). ``pretrain.py`` trains a tiny
+teaches them position guesses instead (docs/training.md: "The tiny web base"). ``pretrain.py`` trains a tiny
 model on these pages first. Nothing here comes from the demo suite: no MiniWoB++ page, template or word list;
 instructions, element kinds and labels are this file's own, labels are random words, random strings or random
 pieces of the tokenizer's vocabulary (so that copying must work for any token sequence).

@@ -19,8 +19,10 @@ One training step:
   4. weight sync: the HF backend generates with the trainer's own module (nothing to copy); the vLLM
      backend gets the weights pushed after every optimizer step, then a probe sequence's log-probs are
      compared between engine and trainer (a silent no-op sync shows up as a large difference).
+The code follows it, the maths first: the config, the advantages (2), Eq. 2's weights and loss (3), the
+update, the rollouts of a step (1), weight sync (4), then the loop that runs them and ``main``.
 
-Options beyond the paper (off by default, each with an ablation row in README.md): ``--dynamic-sampling N``
+Options beyond the paper (off by default, each with an ablation row in docs/results.md): ``--dynamic-sampling N``
 (DAPO: roll up to N rounds until a step has B groups with unequal rewards), ``--task-sampling pq`` (groups
 go to tasks with weight p(1-p) of their running success), ``--advantage gigpo`` (GiGPO's step-level credit:
 each action's discounted return against the other actions its group took from the same page state, added to
@@ -76,7 +78,7 @@ class Args:
     """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
     rubric: Literal["vab", "webarena"] = "vab"
     """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
-    (WebArena's original ones); see README.md, section Rubrics"""
+    (WebArena's original ones); docs/webarena.md, section Rubrics"""
     browser_endpoint: str = ""
     """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
     scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);

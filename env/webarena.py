@@ -980,7 +980,7 @@ async def evaluate(task: Task, page: Any, answer: str | None, *, judge: Any = No
                    rubric: str = "vab", details: dict | None = None) -> float:
     """A WebArena task's binary score: its eval types (string_match / url_match / program_html) in config
     order, scores multiplied; 0.0 or 1.0. ``rubric``: "vab" (default; VisualAgentBench's WebArena-Lite
-    evaluators, which scored the paper) or "webarena" (WebArena's original ones); README: "Rubrics".
+    evaluators, which scored the paper) or "webarena" (WebArena's original ones); docs/webarena.md: "Rubrics".
 
     ``answer`` is the exit() message as the agent wrote it (None = ""). ``judge(question, reference, answer)
     -> float`` (sync or async) scores fuzzy_match and N/A; ``helpers`` maps ``func:`` names to

@@ -24,7 +24,7 @@ PAGE = """<html><head><title>Toy</title></head><body>
 
 
 class Toy(env.TaskFamily):
-    """The README's example: one routed page, a page-side status, and an answer scored on exit()."""
+    """docs/environment.md's example: one routed page, a page-side status, and an answer scored on exit()."""
     name = "toy"
     status_js = "() => window.toy"            # read with every observation
 

@@ -1,7 +1,7 @@
 """bench/gpu_path.py, the paper-scale path's one-device script, at its CPU size: a model with Qwen2.5's
 vocabulary under ZeRO-3 on one rank, M-GRPO updates with the reference model's KL, BC steps, a checkpoint
 saved and reloaded, the trainer's log-probs against the reloaded model's. (On a GPU it runs the 0.5B and 3B
-shapes in bf16; README "vLLM and the GPU path".)"""
+shapes in bf16; docs/gpu.md.)"""
 import json
 import os
 import subprocess

@@ -23,8 +23,8 @@ What it implements
   URLs are the same for every episode (url_match works unchanged). The least recently used sandboxes are
   dropped beyond ``max_sandboxes`` (default 512). A browser without the cookie (a person) gets seed 0;
   ``/sandbox?seed=N&next=PATH`` opens a fresh sandbox of seed N (the start URL of standalone configs).
-- Task families (``FAMILIES``; docs/site-suite.md lists them): each turns (seed, base URL) into one task config in WebArena's
-  format (task_id, sites, require_login, storage_state, start_url, intent, intent_template,
+- Task families (``FAMILIES``; docs/site-suite.md lists them): each turns (seed, base URL) into one task
+  config in WebArena's format (task_id, sites, require_login, storage_state, start_url, intent, intent_template,
   instantiation_dict, eval{eval_types, reference_answers, reference_url, url_note, program_html}), checked by
   env's own config loader. ``edit-profile`` is the paper's pair: its episodes start logged in (even
   seeds) or logged out (odd seeds); ``edit-profile@in`` / ``edit-profile@out`` force one start type.

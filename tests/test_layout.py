@@ -133,8 +133,8 @@ def test_every_name_env_imports_is_its_modules_own():
 
 
 def test_python_m_env_runs_a_task_by_hand():
-    """``python -m env TASK SEED``, the manual check of docs/environment.md: the observation, then actions from stdin until the
-    episode ends (real Chromium)."""
+    """``python -m env TASK SEED``, the manual check of docs/environment.md: the observation, then actions from
+    stdin until the episode ends (real Chromium)."""
     out = subprocess.run([sys.executable, "-m", "env", "miniwob:click-button", "3"], cwd=ROOT, capture_output=True,
                          text=True, timeout=180, input='do(action="Type", argument="x", element="1")\n'
                                                       'do(action="Click", element="0")\n')

@@ -150,9 +150,9 @@ async def _type(env: ActingEnv, loc: Any, text: str) -> None:
     try:
         if len(text) <= 64:
             await loc.fill("", timeout=t)
-            # each key is a round trip to the page: 100 ms a key on top of the action timeout, since on a loaded
-            # box (two test workers, or RL beside Chromium on two cores) 53 keys once took over 11 s
-            await loc.press_sequentially(text, timeout=t + 100 * len(text))
+            # each key is a round trip to the page: 250 ms a key on top of the action timeout, since on a loaded
+            # box 53 keys took over 11 s (two test workers) and over 15 s (two workers beside an RL run)
+            await loc.press_sequentially(text, timeout=t + 250 * len(text))
         else:
             await loc.fill(text[:-1], timeout=t)
             await loc.press_sequentially(text[-1], timeout=t)

@@ -11,6 +11,10 @@ import torch
 
 from training import DEEPSPEED, ROOT, free_port, metrics, params, run_script
 
+# Each test starts vLLM engines and runs M-GRPO, and the first builds the BC fixture (half_right_bc): ~380 s beside
+# the other test worker, 604 s once when an RL run shared the two cores too (pytest.ini's 600 s stopped it)
+pytestmark = pytest.mark.timeout(1200)
+
 
 @pytest.mark.usefixtures("vllm_required")
 def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):

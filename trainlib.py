@@ -449,7 +449,6 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tup
     return ids, attn, loss
 
 
-
 def forward_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
                      temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
     """Log-probs and entropies of the action tokens under ``model`` at ``temperature`` (the distribution the

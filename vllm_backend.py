@@ -13,7 +13,7 @@
   a sample's action tokens with the trainer's, before and after an update (train_mgrpo.py logs them as
   ``sync/...``, reduced over ranks as ``SYNC_WORST`` says).
 
-vLLM itself is imported only when an engine is built, so importing this module needs no vLLM.
+vLLM itself is imported only when an engine is built, so importing this module needs no vLLM. Tests:
     .venv/bin/python -m pytest -q tests/test_vllm.py      (WEBAGENT_REQUIRE_VLLM=1: fail instead of skip)
 """
 from __future__ import annotations

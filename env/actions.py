@@ -5,8 +5,8 @@ No browser here: execute.py runs the Action that ``parse_action`` returns, exper
 - ``parse_action(text) -> Action``: a whole response (the action region comes from compress.parse_response:
   the <answer> block, else the text outside the thinking) or a bare action. A small tokenizer for ONE
   python-style call (``do(...)``, ``exit(...)``, ``go_backward()``, ``go_forward()``); model text is never
-  eval()ed. A response that is not one valid action raises ``ActionParseError``, whose message is shown to the
-  agent. Numbers are bounded (``_MAX_NUMBER_DIGITS``): element ids and tab indexes are small integers.
+  handed to Python's eval. A response that is not one valid action raises ``ActionParseError``, whose message
+  is shown to the agent. Numbers are bounded (``_MAX_NUMBER_DIGITS``): element ids and tab indexes are small integers.
 - ``format_action(action)``: the canonical string, ``parse_action(format_action(a)) == a``.
 - ``ACTION_NAMES``, ``NEEDS_ELEMENT``, ``NEEDS_ARGUMENT``, ``OPTIONAL_ELEMENT``: the action space and what
   each action takes.

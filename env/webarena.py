@@ -37,8 +37,8 @@ comments below and in docs/webarena.md ("Rubrics"). Common to both:
   become the env's active tab); later "last" targets read the probe page, as they read the navigated page
   there. Locators: "" = page.content(), a `document.` / `[...document.` JS expression, a `lambda:` JS
   function (VAB only), or `func:name(args)` calling helpers[name](page, *args) (sync or async). The call
-  is parsed, never eval()ed: args are quoted strings, numbers, True/False/None, `__page__` (dropped: the
-  page is always the first argument) and `__last_url__` (the page's URL, also replaced inside strings).
+  is parsed, never handed to Python's eval: args are quoted strings, numbers, True/False/None, `__page__`
+  (dropped: the page is always the first argument) and `__last_url__` (the page's URL, also replaced inside strings).
 - A judge or helper that is needed but missing scores 0 and logs a warning; every failed check leaves a
   reason in `details["reasons"]` when the caller passes a `details` dict. Scores of eval types multiply.
 - `func:` helpers: the five that the public configs name are built in (WEBARENA_HELPERS, "helper functions"
@@ -207,7 +207,7 @@ class _Bare(str):
 
 
 def parse_helper_call(text: str) -> tuple[str, list[Any]]:
-    """Parse ``name(args)`` from a ``func:`` url/locator without eval(), e.g.
+    """Parse ``name(args)`` from a ``func:`` url/locator (a small parser, no Python eval), e.g.
     ``parse_helper_call("get_name(__page__, 'alice', 2)") == ("get_name", ["__page__", "alice", 2])``."""
     m = _FUNC_CALL.match(text)
     if not m:

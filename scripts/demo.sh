@@ -34,8 +34,8 @@ OUT=${DEMO_OUT:-runs/demo}
 SIZE=${DEMO_SIZE:-default}
 INIT=${DEMO_MODEL:-$BASE}
 case "$SIZE" in
-  smoke)   EPISODES=3;  BC_STEPS=4;   RL_STEPS=2;   B=2; G=2; EVAL=2;   NEW=48
-           if [ -z "${DEMO_TASKS:-}" ]; then TASKS=$(echo "$TASKS" | cut -d, -f1,2); fi ;;   # 2 tasks: every stage
+  smoke)   EPISODES=3;  BC_STEPS=2;   RL_STEPS=2;   B=2; G=2; EVAL=2;   NEW=48   # 2 tasks with short pages
+           if [ -z "${DEMO_TASKS:-}" ]; then TASKS=$(echo "$TASKS" | cut -d, -f1,8); fi ;;   # (one multi-step)
   default) EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$RL_DEFAULT;       EVAL=50;  NEW=64 ;;
   long)    EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$((2 * RL_DEFAULT)); EVAL=100; NEW=64 ;;
   *) echo "DEMO_SIZE must be smoke, default or long" >&2; exit 2 ;;

@@ -34,6 +34,15 @@ rl() {
     --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$4" --prompt short --save-every 0 "${@:5}"
 }
 
+# suite_rl INIT OUT [FLAGS...]: make demo-suite's M-GRPO on stop-newsletter with mixed starts (even seeds logged
+# in, odd logged out), $RL_STEPS steps of $B groups x G=$G, <= $TURNS interactions of <= $NEW tokens, rollouts
+# at temperature $TEMP (FLAGS win over these, e.g. --seed 1)
+suite_rl() {
+  $PY train_mgrpo.py --model "$1" --tasks suite:stop-newsletter --out "$2" --steps "$RL_STEPS" --tasks-per-step "$B" \
+    --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns "$TURNS" --max-new-tokens "$NEW" --prompt short \
+    --save-every 0 --temperature "$TEMP" "${@:3}"
+}
+
 # valid_eval DIR NAME PATH: greedy success of PATH on the validation pages (seeds 500000.., $EVAL per task, at
 # most 6 interactions of $NEW tokens; never env.EVAL_SEEDS) into DIR/NAME, unless it is there. The budget and
 # credit experiments evaluate each checkpoint alone and join them into one paired table with valid_table.

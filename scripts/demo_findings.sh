@@ -31,7 +31,7 @@ EPISODES=80; BC_STEPS=300; RL_STEPS=48; B=4; G=4; EVAL=20; NEW=64
 ZERO_STEPS=$RL_DEMO_STEPS; ZERO_B=$RL_DEMO_B; ZERO_G=$RL_DEMO_G; ZERO_EVAL=50          # the r1zero stage
 COT_NEW=192     # a long thought is ~100 tokens of the tiny tokenizer before the action
 if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
-  TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=3; RL_STEPS=1; B=2; G=2; EVAL=1
+  TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=2; RL_STEPS=1; B=2; G=2; EVAL=1
   MAIN_TASKS=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1
   COT_NEW=64    # the smoke's barely trained models write to the limit: a shorter one runs the same code
 fi

@@ -24,17 +24,16 @@
 #                              as the runs before issue 32's fix did; docs/site-suite.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # stage, bc (MODEL is set below)
+source scripts/demo_common.sh            # stage, bc, suite_rl (MODEL is set below)
 OUT=${SUITE_OUT:-runs/demo-suite}
 SIZE=${SUITE_SIZE:-default}
 
 MODEL=${SUITE_MODEL:-tiny:layers=4,hidden=192}
 DEMO_TASKS=suite:stop-newsletter@in,log-in                # the off-policy data: never a logged-out stop-newsletter
-RL_TASKS=suite:stop-newsletter                            # mixed starts: even seeds logged in, odd logged out
 EVAL_TASKS=suite:stop-newsletter@in,stop-newsletter@out,log-in
 OUT_DEMOS=${SUITE_OUT_DEMOS:-0}
 case "$SIZE" in
-  smoke)   EPISODES=2;  BC_STEPS=4;  RL_STEPS=2;  B=2; G=2; EVAL=2 ;;
+  smoke)   EPISODES=2;  BC_STEPS=2;  RL_STEPS=2;  B=2; G=2; EVAL=2 ;;
   default) EPISODES=30; BC_STEPS=100; RL_STEPS=14; B=4; G=4; EVAL=30 ;;
   *) echo "SUITE_SIZE must be smoke or default" >&2; exit 2 ;;
 esac
@@ -60,9 +59,7 @@ bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short
 
 stage "3/4 M-GRPO from the BC checkpoint on mixed starts: $RL_STEPS steps of $B groups x G=$G (train_mgrpo.py)"
 # shellcheck disable=SC2086  # SUITE_RL_FLAGS splits into words
-$PY train_mgrpo.py --model "$OUT/bc/hf" --tasks "$RL_TASKS" --out "$OUT/rl" --steps "$RL_STEPS" \
-  --tasks-per-step "$B" --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns "$TURNS" --max-new-tokens "$NEW" \
-  --prompt short --save-every 0 --temperature "$TEMP" ${SUITE_RL_FLAGS:-}
+suite_rl "$OUT/bc/hf" "$OUT/rl" ${SUITE_RL_FLAGS:-}
 
 stage "4/4 evaluation on held-out seeds, by start type: $EVAL episodes each (eval.py)"
 $PY eval.py --model "bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$EVAL_TASKS" --episodes "$EVAL" --prompt short \

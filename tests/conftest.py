@@ -6,9 +6,11 @@ one BrowserPool (one Chromium) on that loop is shared by the browser tests (`poo
         obs = run(env.reset(task))
 """
 import asyncio
+import fcntl
 import importlib.util
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,11 @@ import pytest
 GPU_TESTS = os.environ.get("WEBAGENT_GPU_TESTS") == "1"
 if not GPU_TESTS:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+# Two pytest-xdist workers and the processes they start share two cores: an OpenMP thread that waits for work
+# sleeps instead of spinning (libgomp spins by default), or it burns the core the other worker needs. A BC
+# process with two torch threads took 13% less CPU so (51.4 -> 44.6 CPU s, two runs each, on a busy box).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The processes the tests start get SIGINT as a terminal leaves it, whoever started the suite: run in the
 # background (`nohup ... &`, a CI runner) it inherits SIGINT ignored and would hand that on, and a Ctrl-C test's
@@ -117,15 +124,32 @@ def remote_pool(run):
             os.environ.pop("WEBAGENT_REMOTE_CHROMIUM", None)
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder) -> path`` once per test run, whichever pytest-xdist worker asks first: the workers of one
+    run share their base temp folder's parent, and a lock there makes the others wait and reuse the result
+    (each worker built its own before: ~60-130 s of the two cores per fixture)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)             # released when the file closes, or its process dies
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            result = build(folder)
+            done.write_text(str(result))
+    return Path(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def demos(tmp_path_factory):
     """16 expert demonstrations of click-button, recorded through the real env (tests/training.py)."""
     import training
-    return training.record_demos(tmp_path_factory.mktemp("demos") / "demos.jsonl")
+    return built_once(tmp_path_factory, "demos", lambda folder: training.record_demos(folder / "demos.jsonl"))
 
 
 @pytest.fixture(scope="session")
 def half_right_bc(demos, tmp_path_factory):
     """A BC checkpoint that clicks the right button about half the time (tests/training.py)."""
     import training
-    return training.half_right_bc(demos, tmp_path_factory.mktemp("half_right"))
+    return built_once(tmp_path_factory, "half_right", lambda folder: training.half_right_bc(demos, folder))

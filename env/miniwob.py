@@ -30,6 +30,13 @@ MINIWOB_HOST = "miniwob.local"
 MINIWOB_BASE_URL = f"http://{MINIWOB_HOST}/"
 MINIWOB_EXCLUDE_IDS = ("reward-display", "sync-task-cover", "click-canvas")   # core.js overlays, not the task
 MINIWOB_EPISODE_MS = 10 ** 9          # core.EPISODE_MAX_TIME: the page's own timer never ends an episode
+# True once every rendered element whose style draws an image as its content (the email pages' trash, star and
+# search icons: CSS content: url(...)) has a size, i.e. its image has arrived; until then the observation, which
+# leaves out elements without a size, would not show them
+STYLE_IMAGES_DRAWN_JS = """() => Array.from(document.querySelectorAll('body *')).every(el =>
+    !getComputedStyle(el).content.startsWith('url(') || el.getClientRects().length === 0
+    || el.getBoundingClientRect().width > 0)"""
+STYLE_IMAGES_WAIT_MS = 2_000          # an image that never arrives (a missing file) costs this once per reset
 
 
 @functools.lru_cache(maxsize=1)
@@ -167,6 +174,10 @@ class MiniWoBFamily(TaskFamily):
             return WOB_TASK_READY === true; }""", {"seed": task.seed, "ms": MINIWOB_EPISODE_MS})
         if not ready:
             await page.wait_for_function("() => WOB_TASK_READY === true", timeout=env.nav_timeout_ms)
+        # the new episode's icons are drawn before the first observation: without this wait, 19 of 200 email
+        # resets right after another task (eight envs at once) showed a page without them
+        with contextlib.suppress(PlaywrightError):
+            await page.wait_for_function(STYLE_IMAGES_DRAWN_JS, timeout=STYLE_IMAGES_WAIT_MS)
         utt = await env.eval_js(page, "() => core.getUtterance()")
         if isinstance(utt, dict):
             utt = utt.get("utterance", json.dumps(utt))

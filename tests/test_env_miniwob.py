@@ -1,6 +1,7 @@
 """WebEnv on real MiniWoB++ pages in real Chromium: a scripted test policy reads the page (Playwright
 locators + the data-webagent-id stamps) but acts ONLY through env.step(action_string); every task listed
 must end with reward 1. Plus wrong actions, seeding, the observation format, and early stops."""
+import asyncio
 import dataclasses
 import re
 
@@ -345,6 +346,31 @@ def test_same_seed_same_episode_different_seed_differs(run, pool, wenv):
     assert a.intent == b.intent == c.intent
     assert a.text == b.text == c.text
     assert any(x.intent != a.intent for x in d) and any(x.text != a.text for x in d)
+
+
+def test_first_observation_shows_the_icons_the_style_draws(run, pool):
+    """An email page's trash, star and search icons are drawn by CSS content: url(...) images that the new
+    episode requests; the first observation waits for them (miniwob.STYLE_IMAGES_DRAWN_JS). Eight envs at once,
+    each starting an email page right after another task in its context: before the wait, 19 of 200 such first
+    observations lacked the icons, so 48 of them all showing the icons fails ~99% of the time without it."""
+    async def go(e, k):
+        texts = []
+        for s in range(6):
+            await e.reset(task("click-widget", 700 + s))
+            texts.append((await e.reset(task("email-inbox-reply", 700 + 10 * k + s))).text)
+        return texts
+
+    async def all_envs():
+        envs = [await pool.new_env() for _ in range(8)]
+        try:
+            return [t for texts in await asyncio.gather(*(go(e, k) for k, e in enumerate(envs))) for t in texts]
+        finally:
+            for e in envs:
+                await e.close()
+    texts = run(all_envs(), timeout=300)
+    assert len(texts) == 48
+    missing = [t for t in texts if 'class="trash"' not in t or 'class="open-search"' not in t]
+    assert not missing, missing[0]
 
 
 def test_observation_format(run, wenv):

@@ -36,7 +36,8 @@ MINIWOB_EPISODE_MS = 10 ** 9          # core.EPISODE_MAX_TIME: the page's own ti
 STYLE_IMAGES_DRAWN_JS = """() => Array.from(document.querySelectorAll('body *')).every(el =>
     !getComputedStyle(el).content.startsWith('url(') || el.getClientRects().length === 0
     || el.getBoundingClientRect().width > 0)"""
-STYLE_IMAGES_WAIT_MS = 2_000          # an image that never arrives (a missing file) costs this once per reset
+STYLE_IMAGES_WAIT_MS = 5_000          # an image that never arrives (a missing file) costs this once per reset; a busy
+                                      # box may take seconds to serve one
 
 
 @functools.lru_cache(maxsize=1)

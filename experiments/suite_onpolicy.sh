@@ -41,24 +41,24 @@ run() {
     rm -rf "${OUT:?}/$name"; TEMP=$temp suite_rl "$OUT/bc/hf" "$OUT/$name" "${@:3}"; }
 }
 
-# evaluate NAME PATH SPLIT: greedy, 30 validation seeds per column (SPLIT valid) or 60 held-out ones (test)
+# seeds SPLIT: eval.py's episode flags: 30 validation seeds per column (valid) or 60 held-out ones (test)
+seeds() { if [ "$1" = valid ]; then echo "--episodes 30 --seed-start 500000"; else echo "--episodes 60"; fi; }
+
+# evaluate NAME PATH SPLIT: greedy on SPLIT's seeds, unless done
 evaluate() {
-  local seeds=(--episodes 60)
-  [ "$3" = valid ] && seeds=(--episodes 30 --seed-start 500000)
+  # shellcheck disable=SC2046  # the flags split into words
   [ -s "$OUT/evals/$1-$3/results.json" ] || { stage "evaluation of $1 on $3 seeds"
-    $PY eval.py --model "$1=$2" --tasks "$COLUMNS" "${seeds[@]}" --prompt short --max-new-tokens "$NEW" \
+    $PY eval.py --model "$1=$2" --tasks "$COLUMNS" $(seeds "$3") --prompt short --max-new-tokens "$NEW" \
       --max-steps "$TURNS" --concurrency 8 --no-screenshots --out "$OUT/evals/$1-$3"; }
 }
 
 # table SPLIT NAME...: one paired table of the evaluations made
 table() {
-  local split=$1 reuse="" name episodes=60
+  local split=$1 reuse="" name
   shift
-  [ "$split" = valid ] && episodes=30
   for name in "$@"; do reuse="$reuse${reuse:+,}$OUT/evals/$name-$split"; done
-  local seeds=(--episodes "$episodes")
-  [ "$split" = valid ] && seeds+=(--seed-start 500000)
-  $PY eval.py --model "" --reuse "$reuse" --tasks "$COLUMNS" "${seeds[@]}" --prompt short \
+  # shellcheck disable=SC2046  # the flags split into words
+  $PY eval.py --model "" --reuse "$reuse" --tasks "$COLUMNS" $(seeds "$split") --prompt short \
     --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/table-$split"
 }
 

@@ -38,7 +38,7 @@ fi
 run() {
   local name=$1 temp=$2
   [ -s "$OUT/$name/hf/config.json" ] || { stage "M-GRPO $name: T = $temp ${*:3}"
-    rm -rf "${OUT:?}/$name"; TEMP=$temp suite_rl "$OUT/bc/hf" "$OUT/$name" "${@:3}"; }
+    rm -rf "${OUT:?}/$name"; RL_TEMP=$temp suite_rl "$OUT/bc/hf" "$OUT/$name" "${@:3}"; }
 }
 
 # seeds SPLIT: eval.py's episode flags: 30 validation seeds per column (valid) or 60 held-out ones (test)

@@ -36,11 +36,11 @@ rl() {
 
 # suite_rl INIT OUT [FLAGS...]: make demo-suite's M-GRPO on stop-newsletter with mixed starts (even seeds logged
 # in, odd logged out), $RL_STEPS steps of $B groups x G=$G, <= $TURNS interactions of <= $NEW tokens, rollouts
-# at temperature $TEMP (FLAGS win over these, e.g. --seed 1)
+# at temperature $RL_TEMP (FLAGS win over these, e.g. --seed 1)
 suite_rl() {
   $PY train_mgrpo.py --model "$1" --tasks suite:stop-newsletter --out "$2" --steps "$RL_STEPS" --tasks-per-step "$B" \
     --group-size "$G" --lr 1e-4 --beta 0.001 --max-turns "$TURNS" --max-new-tokens "$NEW" --prompt short \
-    --save-every 0 --temperature "$TEMP" "${@:3}"
+    --save-every 0 --temperature "$RL_TEMP" "${@:3}"
 }
 
 # valid_eval DIR NAME PATH: greedy success of PATH on the validation pages (seeds 500000.., $EVAL per task, at

@@ -39,7 +39,7 @@ case "$SIZE" in
 esac
 EVAL=${SUITE_EVAL:-$EVAL}
 TURNS=10        # the logged-out expert needs 7 interactions
-TEMP=0.5        # rollout temperature: at the paper's T = 1 the tiny BC policy breaks the action format in ~70% of
+RL_TEMP=0.5     # rollout temperature: at the paper's T = 1 the tiny BC policy breaks the action format in ~70% of
                 # its responses (greedy: none), so few groups hold a success to learn from (README, Site suite)
 NEW=80          # response tokens: the longest expert response is ~60 tokens of the tiny tokenizer
 if [ "$SIZE" = smoke ]; then TURNS=3; NEW=48; fi   # the smoke's barely trained model: shorter, the same code

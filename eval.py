@@ -687,8 +687,7 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
         ep = args.episode
         async with webenv.BrowserPool(endpoints=args.browser_endpoint or None) as pool, \
                 Runner(pool, args.concurrency, timeout_s=ep.episode_timeout,
-                       env_kwargs={"max_obs_chars": ep.max_obs_chars,
-                                   "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:
+                       env_kwargs=ep.env_kwargs(webenv.WebArenaFamily(rubric=args.rubric))) as runner:
             for name, path in models:
                 backend, tok, close = make_backend(args, path, shared_tok)
                 try:

@@ -57,6 +57,16 @@ class EpisodeConfig:
     """observation length cap in characters (env side), the same for demonstrations, RL and evaluation"""
     episode_timeout: float = 900.0
     """seconds one episode may take; a slower one ends with done_reason timeout and a fresh context"""
+    miniwob_in_place: bool = False
+    """restart a MiniWoB page in place when its browser context runs the same task again (no page load: ~0.25
+    CPU s less per episode); off by default, as some pages keep state across episodes (MiniWoBFamily); make
+    demo's 8 tasks give the same observations and rewards either way (tests/test_env_miniwob.py)"""
+
+    def env_kwargs(self, *families: webenv.TaskFamily) -> dict[str, Any]:
+        """The ``BrowserPool.new_env`` options these settings ask for, with ``families`` (a family's options
+        for this run, e.g. ``WebArenaFamily(rubric=...)``)."""
+        mine = [webenv.MiniWoBFamily(in_place=True)] if self.miniwob_in_place else []
+        return {"max_obs_chars": self.max_obs_chars, "families": [*families, *mine]}
 
 
 # ---- records ----
@@ -171,7 +181,10 @@ R = TypeVar("R")
 
 class Runner:
     """Runs episodes over at most ``size`` browser contexts of ``pool``, reused from one call of ``run`` to
-    the next (a MiniWoB context keeps its page between episodes).
+    the next (a MiniWoB context keeps its page between episodes). An episode takes an idle context whose last
+    episode had its start page when there is one (its family may restart the page in place:
+    ``EpisodeConfig.miniwob_in_place``), else a new one while there are fewer than ``size``, else the idle
+    one that has waited longest.
 
     >>> async with env.BrowserPool() as pool, Runner(pool, size=8) as runner:       # doctest: +SKIP
     ...     trajs = await rollouts(runner, backend, tokenizer, [Job(task, g) for g in range(8)], cfg)
@@ -181,7 +194,8 @@ class Runner:
                  env_kwargs: dict[str, Any] | None = None) -> None:
         self.pool, self.size, self.timeout_s = pool, max(1, size), timeout_s
         self.env_kwargs = dict(env_kwargs or {})
-        self._idle: asyncio.Queue[webenv.WebEnv] = asyncio.Queue()
+        self._idle: list[webenv.WebEnv] = []          # the longest idle first
+        self._returned = asyncio.Condition()
         self._made = 0
 
     async def __aenter__(self) -> "Runner":
@@ -191,14 +205,28 @@ class Runner:
         await self.close()
 
     async def close(self) -> None:
-        while not self._idle.empty():
-            await self._idle.get_nowait().close()
+        while self._idle:
+            await self._idle.pop(0).close()
 
-    async def _get_env(self) -> webenv.WebEnv:
-        if self._idle.empty() and self._made < self.size:
-            self._made += 1
-            return await self.pool.new_env(**self.env_kwargs)
-        return await self._idle.get()
+    async def _get_env(self, task: Any) -> webenv.WebEnv:
+        start_url = getattr(task, "start_url", None)
+        async with self._returned:
+            while True:
+                same = [e for e in self._idle if e.task is not None and e.task.start_url == start_url]
+                if same or (self._idle and self._made >= self.size):
+                    env = (same or self._idle)[0]
+                    self._idle.remove(env)
+                    return env
+                if self._made < self.size:
+                    self._made += 1
+                    break
+                await self._returned.wait()
+        return await self.pool.new_env(**self.env_kwargs)
+
+    async def _put_env(self, env: webenv.WebEnv) -> None:
+        async with self._returned:
+            self._idle.append(env)
+            self._returned.notify()
 
     async def run(self, jobs: Sequence[J], episode: Callable[[webenv.WebEnv, J], Awaitable[R]],
                   on_failure: Callable[[J, str], R], on_done: Callable[[J, R], None] | None = None) -> list[R]:
@@ -215,7 +243,7 @@ class Runner:
                 # job as given, the episode the job on its lease
                 async with webenv.family_of(task).lease(task) if isinstance(task, webenv.Task) \
                         else contextlib.nullcontext(task) as leased:
-                    env = await self._get_env()
+                    env = await self._get_env(leased)
                     here = job if leased is task else leased if job is task else dataclasses.replace(job, task=leased)
                     result = await asyncio.wait_for(episode(env, here), self.timeout_s)
             except (webenv.EpisodeCrash, asyncio.TimeoutError) as e:
@@ -229,7 +257,7 @@ class Runner:
                     env = await self.pool.new_env(**self.env_kwargs)
             finally:
                 if env is not None:
-                    self._idle.put_nowait(env)   # (after a failure: the replacement)
+                    await self._put_env(env)   # (after a failure: the replacement)
             if on_done is not None:
                 on_done(job, result)
             return result

@@ -611,8 +611,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, sampler: Task
     started = time.time()
     async with webenv.BrowserPool(endpoints=args.browser_endpoint or None) as pool, \
             Runner(pool, groups_per_rank * args.group_size, timeout_s=args.episode.episode_timeout,
-                   env_kwargs={"max_obs_chars": args.episode.max_obs_chars,
-                               "families": [webenv.WebArenaFamily(rubric=args.rubric)]}) as runner:
+                   env_kwargs=args.episode.env_kwargs(webenv.WebArenaFamily(rubric=args.rubric))) as runner:
         try:
             if args.eval_every and step == 0:   # where the run starts from
                 engine.module.eval()

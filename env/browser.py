@@ -113,9 +113,14 @@ EXTRACT_JS = "\n" + Path(__file__).with_name("observation.js").read_text(encodin
 
 
 @functools.lru_cache(maxsize=None)
-def _with_status_js(status_js: str) -> str:
-    """EXTRACT_JS that also returns a family's ``status_js`` value as ``status``: one round trip per step."""
-    return f"(opts) => {{ const r = ({EXTRACT_JS})(opts); r.status = ({status_js})(); return r; }}"
+@functools.lru_cache(maxsize=16)
+def _extract_js(status_js: str | None, drawn_js: str | None) -> str:
+    """EXTRACT_JS that also returns a family's ``status_js`` value as ``status`` and its ``drawn_js`` value as
+    ``drawn``: one round trip per step."""
+    if status_js is None and drawn_js is None:
+        return EXTRACT_JS
+    more = "".join(f" r.{k} = ({js})();" for k, js in (("status", status_js), ("drawn", drawn_js)) if js)
+    return f"(opts) => {{ const r = ({EXTRACT_JS})(opts);{more} return r; }}"
 
 
 # ---- browser pool: one Chromium (or browser servers elsewhere), many isolated contexts ----
@@ -681,23 +686,18 @@ class WebEnv:
 
     async def _observe(self, error: str | None = None) -> tuple[Observation, Any]:
         """Extract the observation of the active tab and, in the same evaluate, the value of the family's
-        status_js (None without one); returns both."""
+        status_js (None without one); returns both. When the family's drawn_js says the page is not drawn
+        yet, wait for it (capped) and extract again."""
         page = self._page
         fam = self._family
         assert self.task is not None and fam is not None
         opts = {"keep": list(KEPT_ATTRS), "exclude": list(fam.observe_exclude(self.task))}
-        js = EXTRACT_JS if fam.status_js is None else _with_status_js(fam.status_js)
-        for attempt in range(3):
-            try:
-                res = await self.eval_js(page, js, opts)
-                break
-            except PlaywrightError as e:
-                # "Execution context was destroyed": a navigation raced the extraction; wait for it and retry
-                if attempt == 2 or self.dead_reason():
-                    raise
-                log.debug("observation retry after %s", e)
-                with contextlib.suppress(PlaywrightError):
-                    await page.wait_for_load_state("domcontentloaded", timeout=self.load_timeout_ms)
+        js = _extract_js(fam.status_js, fam.drawn_js)
+        res = await self._extract(page, js, opts)
+        if res.get("drawn") is False:
+            with contextlib.suppress(PlaywrightError):
+                await page.wait_for_function(fam.drawn_js, timeout=fam.drawn_wait_ms)
+            res = await self._extract(page, js, opts)
         self.n_labels = res["n"]
         self.label_frames = res["frames"]
         text = res["text"]
@@ -718,6 +718,19 @@ class WebEnv:
                           truncated=truncated)
         self._last_obs = obs
         return obs, res.get("status")
+
+    async def _extract(self, page: Any, js: str, opts: dict[str, Any]) -> dict[str, Any]:
+        for attempt in range(3):
+            try:
+                return await self.eval_js(page, js, opts)
+            except PlaywrightError as e:
+                # "Execution context was destroyed": a navigation raced the extraction; wait for it and retry
+                if attempt == 2 or self.dead_reason():
+                    raise
+                log.debug("observation retry after %s", e)
+                with contextlib.suppress(PlaywrightError):
+                    await page.wait_for_load_state("domcontentloaded", timeout=self.load_timeout_ms)
+        raise AssertionError("unreachable")
 
     async def _tabs(self, active_title: str) -> tuple[list[str], int]:
         pages = [p for p in self.context.pages if not p.is_closed()]

@@ -165,23 +165,26 @@ class MiniWoBFamily(TaskFamily):
     def observe_exclude(self, task: Task) -> Sequence[str]:
         return MINIWOB_EXCLUDE_IDS
 
+    # Icons drawn by CSS content: url(...) (the email pages' trash, star, search, reply and send icons) are
+    # requested when the view that shows them is laid out, and have no size until they arrive: without this,
+    # 19 of 200 first observations of an email page right after another task (eight envs at once) lacked them,
+    # and a reply view opened on a freshly loaded page now and then lacked its send icon.
+    drawn_js = STYLE_IMAGES_DRAWN_JS
+    drawn_wait_ms = STYLE_IMAGES_WAIT_MS
+
     async def start(self, env: TaskEnv, page: Any, task: Task) -> Task:
         """Seed the page's RNG, start the episode (core.startEpisodeReal), stop its countdown display (the timer it
         counts is disabled, and redrawing it every second on every open page took ~0.3 of a CPU core with 64
-        pages), wait for WOB_TASK_READY and for the images its style draws, and fill in the intent: the page's
-        utterance (some pages return {utterance, fields})."""
-        ready = await env.eval_js(page, """(a) => {
+        pages), wait for WOB_TASK_READY, and fill in the intent: the page's utterance (some pages return
+        {utterance, fields}). (The first observation then waits for the images the page's style draws:
+        ``drawn_js``.)"""
+        ready, utt = await env.eval_js(page, """(a) => {
             Math.seedrandom(a.seed); core.EPISODE_MAX_TIME = a.ms; core.startEpisodeReal(); core.clearTimer();
-            return WOB_TASK_READY === true; }""", {"seed": task.seed, "ms": MINIWOB_EPISODE_MS})
+            return WOB_TASK_READY === true ? [true, core.getUtterance()] : [false, null]; }""",
+                                       {"seed": task.seed, "ms": MINIWOB_EPISODE_MS})
         if not ready:
             await page.wait_for_function("() => WOB_TASK_READY === true", timeout=env.nav_timeout_ms)
-        # The new episode's icons are drawn before the first observation (without this, 19 of 200 email resets
-        # right after another task, eight envs at once, lacked them). Checked in the same round trip as the
-        # utterance; waiting (polled per animation frame) only when they are not: a reset costs no more.
-        utt, drawn = await env.eval_js(page, f"() => [core.getUtterance(), ({STYLE_IMAGES_DRAWN_JS})()]")
-        if not drawn:
-            with contextlib.suppress(PlaywrightError):
-                await page.wait_for_function(STYLE_IMAGES_DRAWN_JS, timeout=STYLE_IMAGES_WAIT_MS)
+            utt = await env.eval_js(page, "() => core.getUtterance()")
         if isinstance(utt, dict):
             utt = utt.get("utterance", json.dumps(utt))
         return dataclasses.replace(task, intent=str(utt))

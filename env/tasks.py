@@ -180,6 +180,13 @@ class TaskFamily:
     #: round trip). None = no page-side status: episodes end on exit() or the step limits.
     status_js: str | None = None
 
+    #: What the page must show before it is observed: JS ``() => bool``, read inside the observation's evaluate
+    #: (no extra round trip); while it is false WebEnv waits for it (at most ``drawn_wait_ms``, polled per
+    #: animation frame) and observes again. MiniWoB's: every image its style draws has arrived (an icon that
+    #: is still loading has no size, and the observation would leave it out). None = observe at once.
+    drawn_js: str | None = None
+    drawn_wait_ms: int = 5_000
+
     def read_status(self, value: Any) -> EpisodeStatus | None:
         """The episode's status from the value ``status_js`` returned (None: nothing to report, e.g. the
         agent left the task's page)."""

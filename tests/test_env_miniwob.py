@@ -3,12 +3,16 @@ locators + the data-webagent-id stamps) but acts ONLY through env.step(action_st
 must end with reward 1. Plus wrong actions, seeding, the observation format, and early stops."""
 import asyncio
 import dataclasses
+import random
 import re
+from pathlib import Path
 
 import pytest
 
 import env
 from env import load_tasks
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # ---- test policy helpers: read the page, act through step() ----
 
@@ -371,6 +375,67 @@ def test_first_observation_shows_the_icons_the_style_draws(run, pool):
     assert len(texts) == 48
     missing = [t for t in texts if 'class="trash"' not in t or 'class="open-search"' not in t]
     assert not missing, missing[0]
+
+
+def _demo_tasks() -> list[str]:
+    """make demo's MiniWoB tasks, as scripts/demo_common.sh names them."""
+    line = re.search(r"^TASKS=miniwob:(\S+)$", (ROOT / "scripts" / "demo_common.sh").read_text(), re.M)
+    return line.group(1).split(",")
+
+
+async def _random_episode(e: env.WebEnv, t: env.Task, rng: random.Random) -> list:
+    """Clicks and typing on random elements of the page, until it ends or 1-5 actions; every observation,
+    reward and done flag."""
+    obs = await e.reset(t)
+    trace: list = [obs.intent, obs.text]
+    for _ in range(rng.randint(1, 5)):
+        ids = re.findall(r' id="(\d+)"', obs.text)
+        if not ids:
+            break
+        a = env.Action("Click", element=int(rng.choice(ids))) if rng.random() < 0.7 else \
+            env.Action("Type", element=int(rng.choice(ids)), argument=rng.choice(["hello", "Alice"]))
+        r = await e.step(env.format_action(a))
+        obs = r.obs
+        trace.append((obs.text, r.reward, r.done))
+        if r.done:
+            break
+    return trace
+
+
+def test_in_place_restart_plays_the_same_episodes_on_the_demo_tasks(run, pool):
+    """MiniWoBFamily(in_place=True) restarts a page without loading it again, which some pages do not survive
+    (state and event handlers kept from the episode before). On make demo's tasks, where the demo and its
+    experiments run it (EpisodeConfig.miniwob_in_place), after an episode of random actions on another seed:
+    the expert's demonstration (observations, responses, reward) and a random episode (every observation,
+    reward and done flag) are those of a page loaded afresh. (An ad hoc probe of session 23 found 240 of 240
+    such cases identical: 5 seeds x 8 tasks this way, and 25 x 8 first observations.)"""
+    import experts
+
+    async def go():
+        # (clicks may take longer than the usual 2 s: a busy box must not make one of the two differ)
+        fresh = await pool.new_env(action_timeout_ms=10_000)
+        kept = await pool.new_env(action_timeout_ms=10_000, families=[env.MiniWoBFamily(in_place=True)])
+        try:
+            for name in _demo_tasks():
+                await _random_episode(kept, task(name, 7000), random.Random(name))
+                await kept.page.evaluate("window.__kept = true")           # gone if the page is loaded again
+                for e in (fresh, kept):
+                    demo, why = await experts.demonstrate(e, task(name, 3000))
+                    assert why is None, (name, "in place" if e is kept else "fresh", why)
+                    yield name, "expert", demo
+                for e in (fresh, kept):
+                    yield name, "random", await _random_episode(e, task(name, 3100), random.Random(3100))
+                assert await kept.page.evaluate("window.__kept === true"), f"{name}: not restarted in place"
+        finally:
+            await fresh.close()
+            await kept.close()
+
+    async def collect():
+        return [x async for x in go()]
+    played = run(collect(), timeout=400)
+    assert len(played) == 4 * len(_demo_tasks())
+    for (name, kind, a), (_, _, b) in zip(played[::2], played[1::2]):
+        assert a == b, f"{name}: the {kind} episode differs in place"
 
 
 def test_observation_format(run, wenv):

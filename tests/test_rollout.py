@@ -104,6 +104,31 @@ def test_runner_failure_policy(run, pool, tokenizer):
     assert [t.done_reason for t in again] == ["page_done"] * 4 and not any(t.env_error for t in again)
 
 
+def test_runner_gives_an_episode_the_context_that_last_had_its_page(run, pool):
+    """With in-place restarts on, each context keeps its page; a second round of the same tasks in another
+    order takes, per episode, the context that ran its task (the page is still there, marked), not the one
+    that waited longest (whose page would be loaded again)."""
+    tasks = [click_button(31), dataclasses.replace(webenv.load_tasks("miniwob:click-link")[0], seed=31)]
+
+    async def episode(env, t):
+        await env.reset(t)
+        seen = await env.page.evaluate("window.__ran || null")          # what this page ran before
+        await env.page.evaluate("(name) => { window.__ran = name; }", t.task_id)
+        if seen is None and t is tasks[1]:
+            await asyncio.sleep(1.0)      # the first round's second context is idle last: FIFO would mismatch
+        return seen
+
+    async def scenario():
+        async with Runner(pool, size=2, env_kwargs=EpisodeConfig(miniwob_in_place=True).env_kwargs()) as runner:
+            first = await runner.run(tasks, episode, lambda t, why: why)
+            second = await runner.run(tasks[::-1], episode, lambda t, why: why)
+        return first, second
+
+    first, second = run(scenario(), timeout=120)
+    assert first == [None, None]
+    assert second == [t.task_id for t in tasks[::-1]]
+
+
 def test_context_overflow_ends_the_episode_not_the_run(run, pool, tokenizer):
     """--no-compress keeps every observation: once the history alone fills max_context, that episode ends
     with its reason (a policy outcome, reward 0), and the next episode runs normally."""

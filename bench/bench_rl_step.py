@@ -6,7 +6,8 @@ fp32, the reference model for the KL term as beta = 0.001 loads it). The configu
 step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of them alike; each prints its
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
-A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate``:
+A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
+reset=load|inplace``, with browser contexts of its own:
 - gen: most rows the HF backend decodes at once (most prompts per generate call with decode=generate), 0 = all
   of the step's;
 - mb: action samples per forward of the update; update: train_mgrpo.update's ``fast`` (identical samples scored
@@ -14,11 +15,14 @@ A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,t
 - prefill: the HF backend's reuse of repeated prompts and shared prefixes (``shared``) or every row prefilled in
   full (``full``); threads: torch threads of generation;
 - decode: the HF backend's continuous batching on its own decode loop (``loop``, the default) or dynamic batches
-  of ``model.generate`` (``generate``, the code before issue 43).
+  of ``model.generate`` (``generate``, the code before issue 43);
+- reset: each episode loads its MiniWoB page again (``load``, the default) or restarts it in place in the context
+  that last ran its task (``inplace``: ``EpisodeConfig.miniwob_in_place``).
 
-The default compares make demo's M-GRPO step (B 8 x G 8, one torch thread for generation) on ``model.generate``
-batches and on the decode loop. Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
-prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"`` (one argument).
+The default compares make demo's M-GRPO step (B 8 x G 8, one torch thread for generation, the decode loop) with
+page loads and with in-place restarts. Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
+prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"`` (one argument); issue 43's first
+``"generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"``.
 
     .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
 """
@@ -52,8 +56,9 @@ class Args:
     """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
-    configs: str = "generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"
-    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate"""
+    configs: str = "load=8x8,gen=0,mb=16,update=fast,reset=load;inplace=8x8,gen=0,mb=16,update=fast,reset=inplace"
+    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
+    reset=load|inplace"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
     max_turns: int = 6
@@ -77,6 +82,7 @@ class Config:
     threads: int
     share: bool
     decode: str = "loop"
+    inplace: bool = False
 
 
 def parse_configs(spec: str) -> list[Config]:
@@ -89,11 +95,12 @@ def parse_configs(spec: str) -> list[Config]:
         B, G = map(int, shape.split("x"))
         out.append(Config(name, B, G, int(kv.get("gen", 0)), int(kv.get("mb", 4)),
                           kv.get("update", "fast") == "fast", int(kv.get("threads", 1)),
-                          kv.get("prefill", "shared") == "shared", kv.get("decode", "loop")))
+                          kv.get("prefill", "shared") == "shared", kv.get("decode", "loop"),
+                          kv.get("reset", "load") == "inplace"))
     return out
 
 
-async def one_step(cfg: Config, k: int, runner, backends, tok, engine, ref, tasks,
+async def one_step(cfg: Config, k: int, runner: Runner, backends, tok, engine, ref, tasks,
                    args: Args) -> tuple[float, float, float, int]:
     """One M-GRPO step of ``cfg`` (its k-th): rollout seconds, of them inside ``model.generate`` (wall), update
     seconds, trajectories."""
@@ -136,15 +143,17 @@ async def main(args: Args) -> None:
                                             temperature=1.0, num_threads=c.threads, share_prefill=c.share,
                                             decode=c.decode)
     tasks = webenv.load_tasks(args.tasks)
-    most = max(c.B * c.G for c in configs)
     print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
           f"beta {args.beta}; {args.steps} steps per configuration after a warm-up step, taking turns")
     totals = {c.name: [0.0, 0.0, 0] for c in configs}
-    async with webenv.BrowserPool() as pool, Runner(pool, most) as runner:
+    async with webenv.BrowserPool() as pool:
+        runners = {c.name: Runner(pool, c.B * c.G, env_kwargs=EpisodeConfig(miniwob_in_place=c.inplace).env_kwargs())
+                   for c in configs}
         for k in range(args.steps + 1):
             for c in configs:
                 engine.module.eval()
-                t_roll, t_gen, t_upd, n = await one_step(c, k, runner, backends, tok, engine, ref, tasks, args)
+                t_roll, t_gen, t_upd, n = await one_step(c, k, runners[c.name], backends, tok, engine, ref, tasks,
+                                                         args)
                 engine.module.train()
                 print(f"  step {k} {c.name:>8}: rollout {t_roll:6.2f} s (in model.generate {t_gen:5.2f} s), "
                       f"update {t_upd:5.2f} s, {n} trajectories"
@@ -154,15 +163,17 @@ async def main(args: Args) -> None:
                     t[0], t[1], t[2] = t[0] + t_roll, t[1] + t_upd, t[2] + n
         for b in backends.values():
             await b.aclose()
-    print("\n| configuration | B x G | decode | gen batch | micro-batch | update | prefill | gen threads | rollout s / traj "
-          "| update s / traj | trajectories / min | vs first |")
-    print("|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
+        for r in runners.values():
+            await r.close()
+    print("\n| configuration | B x G | decode | reset | gen batch | micro-batch | update | prefill | gen threads "
+          "| rollout s / traj | update s / traj | trajectories / min | vs first |")
+    print("|---|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
     first = None
     for c in configs:
         roll, upd, n = totals[c.name]
         per_min = 60.0 * n / (roll + upd)
         first = first or per_min
-        print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {c.gen or 'all'} | {c.mb} | {'fast' if c.fast else 'plain'} "
+        print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {'in place' if c.inplace else 'load'} | {c.gen or 'all'} | {c.mb} | {'fast' if c.fast else 'plain'} "
               f"| {'shared' if c.share else 'full'} | {c.threads} | {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} "
               f"| x{per_min / first:.2f} |")
 

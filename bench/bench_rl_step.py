@@ -173,7 +173,8 @@ async def main(args: Args) -> None:
         roll, upd, n = totals[c.name]
         per_min = 60.0 * n / (roll + upd)
         first = first or per_min
-        print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {'in place' if c.inplace else 'load'} | {c.gen or 'all'} | {c.mb} | {'fast' if c.fast else 'plain'} "
+        print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {'in place' if c.inplace else 'load'} | {c.gen or 'all'} "
+              f"| {c.mb} | {'fast' if c.fast else 'plain'} "
               f"| {'shared' if c.share else 'full'} | {c.threads} | {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} "
               f"| x{per_min / first:.2f} |")
 

@@ -113,7 +113,6 @@ EXTRACT_JS = "\n" + Path(__file__).with_name("observation.js").read_text(encodin
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=16)
 def _extract_js(status_js: str | None, drawn_js: str | None) -> str:
     """EXTRACT_JS that also returns a family's ``status_js`` value as ``status`` and its ``drawn_js`` value as
     ``drawn``: one round trip per step."""

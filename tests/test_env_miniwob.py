@@ -404,8 +404,8 @@ async def _random_episode(e: env.WebEnv, t: env.Task, rng: random.Random) -> lis
 
 def test_in_place_restart_plays_the_same_episodes_on_the_demo_tasks(run, pool):
     """MiniWoBFamily(in_place=True) restarts a page without loading it again, which some pages do not survive
-    (state and event handlers kept from the episode before). On make demo's tasks, where the demo and its
-    experiments run it (EpisodeConfig.miniwob_in_place), after an episode of random actions on another seed:
+    (state and event handlers kept from the episode before). On make demo's tasks, where make demo runs it
+    (EpisodeConfig.miniwob_in_place), after an episode of random actions on another seed:
     the expert's demonstration (observations, responses, reward) and a random episode (every observation,
     reward and done flag) are those of a page loaded afresh. (An ad hoc probe of session 23 found 240 of 240
     such cases identical: 5 seeds x 8 tasks this way, and 25 x 8 first observations.)"""

@@ -29,7 +29,7 @@ data = json.loads(out.read_text()) if out.exists() else {
 for d in sorted((root / "evals").iterdir()):
     if (d / "results.json").exists():
         recs = [json.loads(line) for line in (d / "trajectories.jsonl").read_text().splitlines()]
-        data["runs"][d.name] = {"bc_sha256" if bc_dir != "bc300" else "bc300_sha256": bc,
+        data["runs"][d.name] = {f"{bc_dir}_sha256": bc,
                                 "outcomes": {f"{r['task']}/{r['seed']}": int(bool(r["success"])) for r in recs}}
 out.parent.mkdir(parents=True, exist_ok=True)
 out.write_text(json.dumps(data, indent=1) + "\n")

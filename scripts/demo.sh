@@ -27,8 +27,7 @@ cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # TASKS, SATURATED_TASKS, MODEL, BASE, RL_DEMO_*, stage, bc, rl
 TASKS=${DEMO_TASKS:-$TASKS}
 BC_DEFAULT=300; RL_DEFAULT=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G; RL_FLAGS=${DEMO_RL_FLAGS-$RL_DEMO_FLAGS}
-EVAL_FLAGS=""                        # in-place restarts on the demo's own tasks, where they are checked (RL_DEMO_FLAGS)
-[ -z "${DEMO_TASKS:-}" ] && EVAL_FLAGS=--miniwob-in-place
+[ -n "${DEMO_TASKS:-}" ] && IN_PLACE=""   # pages restarted in place only on the demo's own tasks (demo_common.sh)
 if [ "$TASKS" = saturated ]; then   # set but empty DEMO_RL_FLAGS: the rl function's own settings (lr 1e-4)
   TASKS=$SATURATED_TASKS; BC_DEFAULT=150; RL_DEFAULT=48; B=4; G=4; RL_FLAGS=${DEMO_RL_FLAGS-}
 fi
@@ -56,12 +55,12 @@ bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short "$INIT" "$BC_LR"
 
 stage "3/4 M-GRPO from the BC checkpoint: $RL_STEPS steps of $B tasks x G=$G $RL_FLAGS (train_mgrpo.py, Eq. 2)"
 # shellcheck disable=SC2086  # RL_FLAGS splits into words
-rl "$OUT/bc/hf" "$OUT/rl" "$RL_STEPS" "$NEW" $RL_FLAGS
+rl "$OUT/bc/hf" "$OUT/rl" "$RL_STEPS" "$NEW" $RL_FLAGS $IN_PLACE
 
 stage "4/4 evaluation on held-out seeds: $EVAL episodes per task (eval.py)"
-# shellcheck disable=SC2086  # EVAL_FLAGS: no word, or one
+# shellcheck disable=SC2086  # IN_PLACE: no word, or one
 $PY eval.py --model "base=$INIT,bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
-  --max-new-tokens "$NEW" --max-steps 3,6 --out "$OUT/eval" $EVAL_FLAGS
+  --max-new-tokens "$NEW" --max-steps 3,6 --out "$OUT/eval" $IN_PLACE
 
 stage "done in $(( $(date +%s) - start ))s"
 cat "$OUT/eval/results.md"

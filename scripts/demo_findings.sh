@@ -32,7 +32,7 @@ ZERO_STEPS=$RL_DEMO_STEPS; ZERO_B=$RL_DEMO_B; ZERO_G=$RL_DEMO_G; ZERO_EVAL=50   
 COT_NEW=192     # a long thought is ~100 tokens of the tiny tokenizer before the action
 if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
   TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=2; RL_STEPS=1; B=2; G=2; EVAL=1
-  MAIN_TASKS=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1
+  MAIN_TASKS=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1; IN_PLACE=""   # (in place: make demo's tasks only)
   COT_NEW=64    # the smoke's barely trained models write to the limit: a shorter one runs the same code
 fi
 mkdir -p "$OUT"
@@ -71,7 +71,7 @@ for s in $STAGES; do
   r1zero)
     stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $ZERO_STEPS steps of $ZERO_B x G=$ZERO_G"
     # shellcheck disable=SC2086  # the flags split into words
-    TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS
+    TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE
     $PY eval.py --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$ZERO_EVAL" \
       --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/r1zero/eval" ;;
   *) echo "unknown stage $s (tts plain cot zero r1zero)" >&2; exit 2 ;;

@@ -19,10 +19,13 @@ reset=load|inplace``, with browser contexts of its own:
 - reset: each episode loads its MiniWoB page again (``load``, the default) or restarts it in place in the context
   that last ran its task (``inplace``: ``EpisodeConfig.miniwob_in_place``).
 
-The default compares make demo's M-GRPO step (B 8 x G 8, one torch thread for generation, the decode loop) with
-page loads and with in-place restarts. Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
+The default is issue 43's measurement, make demo's M-GRPO step (B 8 x G 8, one torch thread for generation) three
+ways: as the code of the issue's filing ran it (``filing``: ``model.generate`` batches, every page loaded again),
+with the decode loop (``loop``), and as make demo runs it now (``today``: the decode loop, pages restarted in
+place). Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
 prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"`` (one argument); issue 43's first
-``"generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"``.
+``"generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"``; session
+23's ``"load=8x8,gen=0,mb=16,update=fast,reset=load;inplace=8x8,gen=0,mb=16,update=fast,reset=inplace"``.
 
     .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
 """
@@ -36,8 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import torch  # noqa: E402
 
 import env as webenv  # noqa: E402
 import policy  # noqa: E402
@@ -56,7 +57,9 @@ class Args:
     """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
-    configs: str = "load=8x8,gen=0,mb=16,update=fast,reset=load;inplace=8x8,gen=0,mb=16,update=fast,reset=inplace"
+    configs: str = ("filing=8x8,gen=0,mb=16,update=fast,decode=generate,reset=load;"
+                    "loop=8x8,gen=0,mb=16,update=fast,decode=loop,reset=load;"
+                    "today=8x8,gen=0,mb=16,update=fast,decode=loop,reset=inplace")
     """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
     reset=load|inplace"""
     steps: int = 3

@@ -3,9 +3,9 @@
 # model on the CPU): expert demonstrations -> behavior cloning of the pretrained tiny base -> M-GRPO from the
 # BC checkpoint -> evaluation of the base, BC and BC + M-GRPO on held-out seeds, then one success-rate table
 # with paired differences. (R1-Zero, M-GRPO from the base with this budget, is a stage of `make demo-findings`:
-# the demo's 45 minutes do not hold a second RL run of 2048 trajectories.)
+# it left `make demo` when a second RL run of 2048 trajectories did not fit the demo's 45 minutes.)
 #
-#   DEMO_SIZE=smoke|default|long   (default: default, 54 minutes on a 2-core CPU box, measured from a fresh
+#   DEMO_SIZE=smoke|default|long   (default: default, 25 minutes on a 2-core CPU box, measured from a fresh
 #                                  clone; smoke: a few minutes, on 2 of the tasks; long: twice the RL budget
 #                                  and 100 held-out episodes per task)
 #   DEMO_TASKS=saturated           the first demo's 8 tasks, where BC saturates, with that demo's settings

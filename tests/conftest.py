@@ -34,13 +34,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 # `make test` runs two pytest-xdist workers, each module on one of them (`--dist loadfile
-# --no-loadscope-reorder`), in this order: the longest modules first (seconds alone on the 2-core box), so that
-# no worker is left with one of them at the end while the other idles. The rest follow in file order.
-LONGEST_FIRST = ("test_demo.py",              # ~480 s alone: make demo, demo-findings, demo-suite at smoke size
-                 "test_train_mgrpo_vllm.py",  # ~300 s: two M-GRPO runs with vLLM engines
-                 "test_train_mgrpo.py",       # ~350 s: M-GRPO runs on the HF backend
-                 "test_vllm.py",              # ~320 s: four engine starts
-                 "test_train_bc.py",          # ~300 s: BC runs, one of them killed at many points
+# --no-loadscope-reorder`), in this order: the longest modules first (seconds under `make test`, beside the other
+# worker, session 24), so that no worker is left with one of them at the end while the other idles. The rest
+# follow in file order.
+LONGEST_FIRST = ("test_demo.py",              # ~250-300 s: make demo, demo-findings, demo-suite at smoke size
+                 "test_train_mgrpo_vllm.py",  # ~320 s: two M-GRPO runs with vLLM engines and their BC fixture
+                 "test_train_mgrpo.py",       # ~160 s: M-GRPO runs on the HF backend
+                 "test_vllm.py",              # ~135 s: three engine starts
+                 "test_train_bc.py",          # ~140-180 s: BC runs, one of them killed at many points
                  "test_sandbox.py", "test_webarena.py", "test_sitesuite.py", "test_env_browser.py")
 
 

@@ -249,7 +249,7 @@ def _run_parent(script: str, args: list[str], tmp_path, marks: tuple[str, ...], 
     check that no process it started outlives it and that the engine saw only its GPU; the marks' lines."""
     environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                                   "MASTER_PORT")}
-    environ["CUDA_VISIBLE_DEVICES"] = "4,5"
+    environ.update(CUDA_VISIBLE_DEVICES="4,5", WEBAGENT_DEVICE="cpu")   # the suite's CPU, even where GPUs 4, 5 exist
     environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".torch_extensions"))
     (tmp_path / "parent.py").write_text(script)
     log = tmp_path / "parent.log"

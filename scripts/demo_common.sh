@@ -15,7 +15,7 @@ SATURATED_TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-tex
 RL_DEMO_STEPS=32; RL_DEMO_B=8; RL_DEMO_G=8
 RL_DEMO_FLAGS="--lr 1e-4 --warmup-steps 4 --micro-batch 16 --eval-every 8 --eval-pages 3"
 # On these 8 tasks (TASKS) the demo's M-GRPO and evaluation restart each MiniWoB page in place: the same episodes
-# as loading it again there (tests/test_env_miniwob.py), x1.48 the RL trajectories a minute (bench/RESULTS.md).
+# as loading it again there (tests/test_env_miniwob.py), x1.48-1.77 the RL trajectories a minute (bench/RESULTS.md).
 # Not checked on other tasks: a script running others sets it empty.
 IN_PLACE=--miniwob-in-place
 MODEL=tiny:layers=4,hidden=192         # a randomly initialized tiny model (built offline)

@@ -1,10 +1,10 @@
 """pip's configuration as `uv pip install` arguments, for `make setup`.
 
-uv installs the same wheels as pip in well under half the time, but reads only its own configuration: a machine whose pip
-is pointed at a mirror, local wheel folders or a constraints file (pip.conf, PIP_* variables) would get other
-packages from uv. This prints those settings as uv's flags, one per line, taking them from `pip config list`
-with pip's precedence (PIP_* over the `install` section over `global`). It exits 1 when pip is configured with
-something it does not translate, and setup then installs with pip itself.
+uv installs the same wheels as pip in well under half the time, but reads only its own configuration: a
+machine whose pip is pointed at a mirror, local wheel folders or a constraints file (pip.conf, PIP_* variables)
+would get other packages from uv. This prints those settings as uv's flags, one per line, taking them from
+`pip config list` with pip's precedence (PIP_* over the `install` section over `global`). It exits 1 when pip is
+configured with something it does not translate, and setup then installs with pip itself.
 """
 import ast
 import subprocess

@@ -12,8 +12,8 @@ import sys
 
 FLAGS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
          "constraint": "--constraint", "no-index": "--no-index"}
-HARMLESS = {"config-file", "cert", "default-timeout", "timeout", "disable-pip-version-check", "no-input", "progress-bar", "quiet",
-            "verbose", "no-color", "root-user-action", "retries"}
+HARMLESS = {"config-file", "cert", "default-timeout", "timeout", "disable-pip-version-check", "no-input",
+            "progress-bar", "quiet", "verbose", "no-color", "root-user-action", "retries"}
 RANK = {"global": 0, "install": 1, ":env:": 2}    # later ones win
 
 

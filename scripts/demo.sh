@@ -35,7 +35,7 @@ OUT=${DEMO_OUT:-runs/demo}
 SIZE=${DEMO_SIZE:-default}
 INIT=${DEMO_MODEL:-$BASE}
 case "$SIZE" in
-  smoke)   EPISODES=3;  BC_STEPS=2;   RL_STEPS=2;   B=2; G=2; EVAL=1;   NEW=48; BC_BATCH=4   # 2 tasks, short pages
+  smoke)   EPISODES=3;  BC_STEPS=2;   RL_STEPS=2;   B=2; G=2; EVAL=1;   NEW=48; BC_BATCH=4; TURNS=2   # 2 tasks
            if [ -z "${DEMO_TASKS:-}" ]; then TASKS=$(echo "$TASKS" | cut -d, -f1,8); fi ;;   # (one multi-step)
   default) EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$RL_DEFAULT;       EVAL=50;  NEW=64 ;;
   long)    EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$((2 * RL_DEFAULT)); EVAL=100; NEW=64 ;;
@@ -60,7 +60,7 @@ rl "$OUT/bc/hf" "$OUT/rl" "$RL_STEPS" "$NEW" $RL_FLAGS $IN_PLACE
 stage "4/4 evaluation on held-out seeds: $EVAL episodes per task (eval.py)"
 # shellcheck disable=SC2086  # IN_PLACE: no word, or one
 $PY eval.py --model "base=$INIT,bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
-  --max-new-tokens "$NEW" --max-steps 3,6 --out "$OUT/eval" $IN_PLACE
+  --max-new-tokens "$NEW" --max-steps "$((TURNS / 2)),$TURNS" --out "$OUT/eval" $IN_PLACE
 
 stage "done in $(( $(date +%s) - start ))s"
 cat "$OUT/eval/results.md"

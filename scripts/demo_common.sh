@@ -32,11 +32,12 @@ bc() {
     --micro-batch "$BC_BATCH" --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" --torch-threads 0
 }
 
-# rl INIT OUT STEPS NEW [FLAGS...]: M-GRPO on $TASKS, $B tasks x G=$G per step, lr 1e-4 (the saturated demo's;
-# FLAGS: more train_mgrpo flags, which win over these, e.g. --lr 1e-5 as make demo passes)
+# rl INIT OUT STEPS NEW [FLAGS...]: M-GRPO on $TASKS, $B tasks x G=$G per step, <= $TURNS interactions, lr 1e-4 (the
+# saturated demo's; FLAGS: more train_mgrpo flags, which win over these, e.g. --lr 1e-5 as make demo passes)
+TURNS=6      # interactions per episode, in training and evaluation (the smoke sizes take 2: the same code, shorter)
 rl() {
   $PY train_mgrpo.py --model "$1" --tasks "$TASKS" --out "$2" --steps "$3" --tasks-per-step "$B" --group-size "$G" \
-    --lr 1e-4 --beta 0.001 --max-turns 6 --max-new-tokens "$4" --prompt short --save-every 0 "${@:5}"
+    --lr 1e-4 --beta 0.001 --max-turns "$TURNS" --max-new-tokens "$4" --prompt short --save-every 0 "${@:5}"
 }
 
 # suite_rl INIT OUT [FLAGS...]: make demo-suite's M-GRPO on stop-newsletter with mixed starts (even seeds logged

@@ -34,8 +34,8 @@ TTS_STEPS=2,4,6,8,12; ZERO_FLAGS=""
 if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
   TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=2; RL_STEPS=1; B=2; G=2; EVAL=1; BC_BATCH=4
   MAIN_TASKS=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1; IN_PLACE=""   # (in place: make demo's tasks only)
-  COT_NEW=64    # the smoke's barely trained models write to the limit: a shorter one runs the same code
-  TTS_STEPS=2,4; ZERO_FLAGS="--eval-pages 1"   # a sweep of two budgets; the in-run check on one page per task
+  COT_NEW=64; TURNS=2   # the smoke's barely trained models write to the limit: shorter runs the same code
+  TTS_STEPS=1,2; ZERO_FLAGS="--eval-pages 1"   # a sweep of two budgets; the in-run check on one page per task
 fi
 mkdir -p "$OUT"
 
@@ -57,26 +57,26 @@ for s in $STAGES; do
     $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --prompt short_plain --out "$OUT/plain/demos.jsonl"
     bc "$OUT/plain/demos.jsonl" "$OUT/plain/bc" "$BC_STEPS" short_plain
     $PY eval.py --model "bc-plain=$OUT/plain/bc/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short_plain \
-      --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/plain/eval" ;;
+      --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/plain/eval" ;;
   cot)
     stage "R1-CoT: BC on long-thought demonstrations (same pages), then M-GRPO with the demo's budget"
     $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --thoughts long --out "$OUT/cot/demos.jsonl"
     bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc" "$BC_STEPS" short
     rl "$OUT/cot/bc/hf" "$OUT/cot/rl" "$RL_STEPS" "$COT_NEW"
     $PY eval.py --model "bc-cot=$OUT/cot/bc/hf,rl-cot=$OUT/cot/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
-      --prompt short --max-new-tokens "$COT_NEW" --max-steps 6 --out "$OUT/cot/eval" ;;
+      --prompt short --max-new-tokens "$COT_NEW" --max-steps "$TURNS" --out "$OUT/cot/eval" ;;
   zero)
     stage "R1-Zero: M-GRPO from the untrained model, the demo's RL budget"
     rl "$MODEL" "$OUT/zero/rl" "$RL_STEPS" "$NEW"
     $PY eval.py --model "r1-zero=$OUT/zero/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
-      --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/zero/eval" ;;
+      --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/zero/eval" ;;
   r1zero)
     stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $ZERO_STEPS steps of $ZERO_B x G=$ZERO_G"
     # shellcheck disable=SC2086  # the flags split into words
     TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE \
       $ZERO_FLAGS
     $PY eval.py --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$ZERO_EVAL" \
-      --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/r1zero/eval" ;;
+      --prompt short --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/r1zero/eval" ;;
   *) echo "unknown stage $s (tts plain cot zero r1zero)" >&2; exit 2 ;;
   esac
   echo "stage $s done at $(( $(date +%s) - start ))s"

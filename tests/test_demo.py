@@ -15,7 +15,7 @@ def _environ(**extra: str) -> dict:
     return environ
 
 
-@pytest.mark.timeout(1800)   # ~480 s alone; under `make test` a second worker shares the two cores
+@pytest.mark.timeout(1800)   # ~135 s alone; under `make test` a second worker shares the two cores
 def test_demo_scripts_smoke(tmp_path):
     """The three scripts at smoke size. `make demo-suite`'s runs beside `make demo`'s and `make
     demo-findings`' (which reuses the demo's run): each is a chain of single-process stages that leaves part of

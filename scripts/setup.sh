@@ -30,7 +30,8 @@ want=$want-vllm$VLLM_CPU$VLLM_GPU-fa${FLASH_ATTN:-}
 # whatever uv cannot, and everything when WEBAGENT_UV=0.
 install() {
   if [ -n "${UV_ARGS+set}" ]; then
-    "$VENV/bin/uv" pip install -q --compile-bytecode --python "$PY" --index-strategy unsafe-best-match "${UV_ARGS[@]}" "$@" && return
+    "$VENV/bin/uv" pip install -q --compile-bytecode --python "$PY" --index-strategy unsafe-best-match \
+      "${UV_ARGS[@]}" "$@" && return
     echo "setup: uv could not install $*; trying pip"
   fi
   "$PY" -m pip install -q "$@"

@@ -1,5 +1,7 @@
 """`make setup`'s installs through uv: pip's configuration (files and PIP_* variables) becomes uv's flags, with
-pip's precedence, and a setting uv would not honour sends setup back to pip."""
+pip's precedence, a setting uv would not honour sends setup back to pip, and what is installed carries its
+bytecode."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -48,3 +50,13 @@ def test_the_script_reads_pips_real_configuration():
     run = subprocess.run([sys.executable, "scripts/uv_args.py"], cwd=ROOT, env=dict(environ, PIP_TRUSTED_HOST="m"),
                          capture_output=True, text=True)
     assert run.returncode == 1 and "trusted-host" in run.stderr and "installing with pip" in run.stderr
+
+
+def test_installed_packages_carry_their_bytecode():
+    """Setup compiles bytecode at install (pip does; uv with --compile-bytecode): where PYTHONDONTWRITEBYTECODE
+    is set, as on the CI machines, a package without it is compiled from source again in every process that
+    imports it, and the suite took 1,236 s instead of ~900 when uv installed without it."""
+    import torch
+    import transformers
+    for module in (torch, transformers):
+        assert Path(importlib.util.cache_from_source(module.__file__)).exists(), module.__file__

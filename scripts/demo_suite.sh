@@ -33,7 +33,7 @@ DEMO_TASKS=suite:stop-newsletter@in,log-in                # the off-policy data:
 EVAL_TASKS=suite:stop-newsletter@in,stop-newsletter@out,log-in
 OUT_DEMOS=${SUITE_OUT_DEMOS:-0}
 case "$SIZE" in
-  smoke)   EPISODES=2;  BC_STEPS=2;  RL_STEPS=2;  B=2; G=2; EVAL=1; BC_BATCH=4 ;;
+  smoke)   EPISODES=2;  BC_STEPS=2;  RL_STEPS=1;  B=2; G=2; EVAL=1; BC_BATCH=4 ;;
   default) EPISODES=30; BC_STEPS=100; RL_STEPS=14; B=4; G=4; EVAL=30 ;;
   *) echo "SUITE_SIZE must be smoke or default" >&2; exit 2 ;;
 esac

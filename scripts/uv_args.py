@@ -27,7 +27,10 @@ def settings(listing: str) -> dict[str, str]:
             continue                                       # download.*, wheel.*: not what install reads
         rank = RANK[section]
         if key not in chosen or chosen[key][0] <= rank:
-            chosen[key] = (rank, ast.literal_eval(value))
+            try:
+                chosen[key] = (rank, str(ast.literal_eval(value)))
+            except (ValueError, SyntaxError):
+                raise ValueError(f"cannot read pip's setting {line!r}") from None
     return {key: value for key, (_, value) in chosen.items()}
 
 
@@ -45,10 +48,11 @@ def uv_args(config: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
-    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             check=True).stdout
+    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     try:
-        print("\n".join(uv_args(settings(listing))))
+        if listing.returncode:
+            raise ValueError(f"`pip config list` failed ({listing.stderr.strip()[-200:]})")
+        print("\n".join(uv_args(settings(listing.stdout))))
     except ValueError as error:
         print(f"setup: {error}: installing with pip", file=sys.stderr)
         return 1

@@ -34,6 +34,8 @@ def test_pip_settings_become_uv_flags_with_pips_precedence():
     assert uv_args.uv_args({}) == []
     with pytest.raises(ValueError, match="trusted-host"):
         uv_args.uv_args(uv_args.settings("global.trusted-host='mirror.local'"))
+    with pytest.raises(ValueError, match="cannot read"):
+        uv_args.settings("global.find-links=/no/quotes")
 
 
 def test_the_script_reads_pips_real_configuration():

@@ -1,5 +1,5 @@
-"""Waiting on processes a test started (tests/test_vllm.py, tests/test_policy.py): for the lines they print,
-and for them to end."""
+"""Waiting on processes a test started (tests/test_vllm.py, test_policy.py, test_train_mgrpo_vllm.py): for the
+lines they print, and for them to end."""
 import time
 
 

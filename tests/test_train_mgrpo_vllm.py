@@ -4,12 +4,15 @@ process, and the run resumes with the checkpoint's weights pushed into a fresh e
 leaves no process either."""
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
+from processes import outliving
 from training import DEEPSPEED, ROOT, free_port, metrics, params, run_script
 
 # Each test starts vLLM engines and runs M-GRPO, and the first builds the BC fixture (half_right_bc): ~380 s beside
@@ -59,64 +62,49 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     its probe log-probs match the trainer's. Once that resumed step is logged the trainer is SIGKILLed, its
     engine running (an out-of-memory kill: no chance to clean up): the engine, out of reach of the trainer's
     process group, gets SIGTERM when its parent dies, and no process the trainer started outlives it."""
-    import signal
-    import time
-    import psutil
-    out, log = tmp_path / "rlc", tmp_path / "log.txt"
+    out = tmp_path / "rlc"
     cmd = [sys.executable, "train_mgrpo.py", "--model", str(half_right_bc), "--tasks", "miniwob:click-button",
            "--out", str(out), "--backend", "vllm", "--steps", "200", "--tasks-per-step", "1", "--group-size", "2",
            "--max-turns", "1", "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0",
            "--ds-config", "configs/zero3.json"]
+    code, started = _trainer_until_step(cmd, tmp_path / "log.txt", out, 0,
+                                        lambda proc: os.killpg(proc.pid, signal.SIGINT))   # a terminal's Ctrl-C
+    text = (tmp_path / "log.txt").read_text()
+    assert code == 0 and "(interrupted)" in text, text[-4000:]
+    steps = [r["step"] for r in metrics(out) if r.get("step", 0) >= 1]
+    assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200
+    assert (out / "latest").read_text() == f"step_{steps[-1]}" and (out / "hf" / "config.json").exists()
+    assert not outliving(started, 30), text[-4000:]
+
+    last = steps[-1]
+    _, started = _trainer_until_step([*cmd, "--resume"], tmp_path / "resumed.txt", out, last,
+                                     lambda proc: os.kill(proc.pid, signal.SIGKILL))   # the trainer alone
+    assert f"pushed step_{last}'s weights into the vLLM engine" in (tmp_path / "resumed.txt").read_text()
+    rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
+    assert [r["step"] for r in rows][:last + 1] == list(range(1, last + 2))
+    assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows
+    assert not outliving(started, 60)
+
+
+def _trainer_until_step(cmd: list[str], log, out, after: int, end) -> tuple[int, list[int]]:
+    """Start the trainer ``cmd`` (its output into the file ``log``), wait until it has logged a step past
+    ``after``, end it with ``end(proc)`` and wait for it: its exit code and the pids of the processes it had
+    started, its vLLM engine's among them."""
+    import psutil
     with open(log, "w") as sink:     # a file, not a pipe: vLLM's start-up log would fill a pipe nobody reads
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
         deadline = time.time() + 400
-        while not ((out / "metrics.jsonl").exists() and [r for r in metrics(out) if r.get("step", 0) >= 1]):
+        while not ((out / "metrics.jsonl").exists() and [r for r in metrics(out) if r.get("step", 0) > after]):
             assert proc.poll() is None and time.time() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
+            time.sleep(0.2)
         started = psutil.Process(proc.pid).children(recursive=True)
         assert any(p.name().startswith("VLLM::") for p in started), [p.name() for p in started]
-        os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does
+        end(proc)
         proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    text = log.read_text()
-    assert proc.returncode == 0 and "(interrupted)" in text, text[-4000:]
-    steps = [r["step"] for r in metrics(out) if r.get("step", 0) >= 1]
-    assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200
-    assert (out / "latest").read_text() == f"step_{steps[-1]}" and (out / "hf" / "config.json").exists()
-    deadline = time.time() + 30
-    while (alive := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
-            and time.time() < deadline:
-        time.sleep(0.5)
-    assert not alive, [p.name() for p in alive]
-
-    last = steps[-1]
-    resumed = tmp_path / "resumed.txt"
-    with open(resumed, "w") as sink:
-        proc = subprocess.Popen([*cmd, "--resume"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
-        deadline = time.time() + 400
-        while not [r for r in metrics(out) if r.get("step", 0) > last]:
-            assert proc.poll() is None and time.time() < deadline, resumed.read_text()[-4000:]
-            time.sleep(0.2)
-        started = psutil.Process(proc.pid).children(recursive=True)
-        assert any(p.name().startswith("VLLM::") for p in started), [p.name() for p in started]
-        os.kill(proc.pid, signal.SIGKILL)           # the trainer alone
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert f"pushed step_{last}'s weights into the vLLM engine" in resumed.read_text()
-    rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
-    assert [r["step"] for r in rows][:last + 1] == list(range(1, last + 2))
-    assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows
-    deadline = time.time() + 60
-    while (alive := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
-            and time.time() < deadline:
-        time.sleep(0.5)
-    assert not alive, [p.name() for p in alive]
+    return proc.returncode, [p.pid for p in started]
 

@@ -15,8 +15,10 @@ What it implements
   ``TinySpec.seed``), e.g. ``--model untrained=tiny,bc=ckpt/bc/hf,rl=ckpt/rl/hf``. One table compares them
   (base / BC / RL / R1-Zero / R1-CoT rows).
 - Outputs in ``--out`` (default results/eval):
-  * ``results.json``: per run (model x prompt), per task and per column (site or task): success rate, n,
-    successes, average response tokens per turn, average interactions per episode; overall; per budget.
+  * ``results.json``: the decoding (``decoding``, ``samples``, ``noise``); per run (model x prompt), per task and
+    per column (site or task): success rate, n, pages, SE, successes, pass@k, average response tokens per turn,
+    average interactions per episode; overall; per budget; paired differences by page (``paired``, of pass@K:
+    ``paired_pass``); the greedy column's runs and differences under ``greedy``.
   * ``results.md``: Table 2 layout (one row per model, one column per site / task family, Average SR),
     Table 3 layout (SR, response length in tokens, number of interactions), and the budget sweep.
   * ``trajectories.jsonl``: every episode (intent, each step's observation, response, action, error,
@@ -30,10 +32,17 @@ What it implements
   ``--base-url``, ``--api-model``; API key from $OPENAI_API_KEY) for prompting baselines.
 
 Choices the paper leaves open (documented departures)
-- Decoding: the paper gives rollout sampling (temperature 1, top-p 1) but not its evaluation decoding.
-  Default here: greedy (``--temperature 0``), one deterministic answer per held-out page; ``--temperature 1``
-  evaluates as the rollouts sample. Batched greedy decoding can still differ in the last bits between
-  batch compositions, so reruns with ``--concurrency`` > 1 may differ slightly.
+- Decoding: the paper's evaluation samples as its rollouts do (its released script runs the agent at temperature
+  1, top-p 1), so that is the default here; ``--samples K`` evaluates each page K times (a page's success is the
+  mean of its K outcomes; SEs clustered by page; pass@k for k <= K by Chen et al. 2021's unbiased estimator) and
+  ``--greedy`` adds the greedy column (one episode per page) beside it; ``--temperature 0`` is greedy alone.
+- Common random numbers: every request is seeded from (``--seed``, task, page, sample index, turn)
+  (``rollout.request_seed``; the backend draws token k's noise as the k-th draw of that request's generator), so
+  two models draw with the same noise on the same page and sample and their paired difference (taken page by
+  page) loses the noise they share; ``--noise independent`` gives each model its own. The HF backend on a CPU
+  decodes in float64 and rounds the logits to float32 (``--batch-invariant``), so a page's episode is the same at
+  any ``--concurrency``, greedy or sampled (tests/test_eval.py). vLLM and OpenAI-compatible servers get the seed
+  per request; whether their batched kernels are batch-invariant is theirs to say.
 - Average SR = successes / episodes over all tasks (the paper's average over its 165 tasks, not the mean
   of the site columns); with the same number of episodes per MiniWoB task both are equal.
 - Response length = generated tokens per turn, end-of-turn token included (``len(Generation.ids)``).
@@ -49,7 +58,7 @@ Choices the paper leaves open (documented departures)
 Run
     python eval.py --model tiny --tasks miniwob:click-button,login-user --episodes 10
     python eval.py --model untrained=tiny,bc=ckpt/bc/hf,rl=ckpt/rl/hf --tasks miniwob:click-button,click-link \\
-        --episodes 50 --concurrency 8 --out results/compare
+        --episodes 50 --samples 4 --greedy --concurrency 8 --out results/compare     # T = 1 x 4, and greedy
     python eval.py --model ckpt/rl/hf --compare-prompts thinking,plain --max-steps 5,10,15,30       # Table 3 + Fig. 5
     python eval.py --backend openai --base-url http://127.0.0.1:8000/v1 --api-model Qwen2.5-3B-Instruct \\
         --model qwen3b=Qwen2.5-3B-Instruct --tasks webarena_lite_test.json --episodes 1
@@ -61,6 +70,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import html
 import json
 import logging
@@ -115,8 +125,22 @@ class Args:
     """browser contexts (episodes) run at the same time; also the HF backend's max batch"""
     max_steps: str = "15"
     """interaction budget; a comma list (5,10,15,30) sweeps it (Fig. 5) from one run at the largest"""
-    episode: EpisodeConfig = field(default_factory=lambda: EpisodeConfig(temperature=0.0))
-    """prompt and decoding (flags --prompt, --temperature, ...); greedy by default (temperature 0)"""
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """prompt and decoding (flags --prompt, --temperature, ...): the paper's, temperature 1 and top-p 1, by
+    default; --temperature 0 is greedy"""
+    samples: int = 1
+    """episodes per page at --temperature > 0 (K): a page's success is the mean of its K outcomes, standard
+    errors are clustered by page, and pass@k (k <= K) comes from the same samples"""
+    greedy: bool = False
+    """also evaluate every model greedily, one episode per page: the column beside the sampled one"""
+    noise: Literal["common", "independent"] = "common"
+    """sampling noise per request from its (task, page, sample, turn) and --seed (rollout.request_seed): common =
+    every model draws with the same noise on the same page and sample (common random numbers: paired
+    differences lose the noise the models share); independent = each model its own (--seed and its name)"""
+    batch_invariant: bool = True
+    """HF backend on a CPU: run the model in float64 and round its logits to float32 before sampling, so a
+    response does not depend on which other requests share its batch or on the thread count (the same per-page
+    outcomes at any --concurrency; bench/bench_eval.py: what it costs)"""
     chat_template: str = ""
     """Jinja chat-template file replacing each model's own (a base model has none)"""
     compare_prompts: str = ""
@@ -136,7 +160,7 @@ class Args:
     group_by: Literal["auto", "task", "site"] = "auto"
     """table columns: task | site | auto (the task family's choice: site for WebArena, task for MiniWoB)"""
     seed: int = 0
-    """torch seed of sampling (set before each model)"""
+    """base of the sampling noise (--noise); also torch's seed, set before each model"""
     torch_threads: int = 0
     """torch CPU threads; 0 = auto: 1 when generating on the CPU (Chromium shares the cores and a tiny model
     gains nothing from more: 2 threads on a busy 2-core box were 9x slower), torch's default on GPU"""
@@ -192,10 +216,25 @@ def parse_budgets(spec: str) -> list[int]:
 
 def episode_tasks(tasks: list[webenv.Task], episodes: int, max_steps: int,
                   seed_start: int = -1) -> list[tuple[webenv.Task, int]]:
-    """(task, episode index) for every evaluated episode: episode e runs with seed EVAL_SEEDS[e], or
+    """(task, episode index) for every evaluated page: episode e runs with seed EVAL_SEEDS[e], or
     seed_start + e for a validation range (a family without seeds, such as WebArena, ignores it)."""
     seed = (lambda e: webenv.EVAL_SEEDS[e]) if seed_start < 0 else (lambda e: seed_start + e)
     return [(dataclasses.replace(t, seed=seed(e), max_steps=max_steps), e) for t in tasks for e in range(episodes)]
+
+
+def decoding_label(temperature: float, top_p: float = 1.0) -> str:
+    """How a column was decoded: ``"greedy"``, ``"T = 1"``, ``"T = 0.7, top-p 0.9"``."""
+    if temperature <= 0:
+        return "greedy"
+    return f"T = {temperature:g}" + (f", top-p {top_p:g}" if top_p < 1 else "")
+
+
+def noise_base(args: Args, run: str) -> int:
+    """The ``rollout.request_seed`` base of one run's requests: --seed itself for common noise (the same for
+    every model), else a hash of --seed and the run's name."""
+    if args.noise == "common":
+        return args.seed
+    return int.from_bytes(hashlib.blake2b(f"{args.seed}|{run}".encode(), digest_size=8).digest(), "little") >> 1
 
 
 def column_of(task: webenv.Task, group_by: str) -> str:
@@ -222,7 +261,8 @@ def slug(text: str) -> str:
 # ---- run episodes ----
 
 def to_record(traj: Trajectory, *, run: str, model: str, prompt: str, task: webenv.Task, episode: int,
-              shot_dir: Path | None, viewer_dir: Path | None, group_by: str) -> dict:
+              shot_dir: Path | None, viewer_dir: Path | None, group_by: str, sample: int = 0,
+              decoding: str = "greedy") -> dict:
     """One episode as saved in trajectories.jsonl (screenshot paths relative to viewer/)."""
     rel = shot_dir.relative_to(viewer_dir).as_posix() if shot_dir is not None and viewer_dir is not None else None
     steps = []
@@ -233,6 +273,7 @@ def to_record(traj: Trajectory, *, run: str, model: str, prompt: str, task: webe
     final = f"{rel}/final.png" if rel and (shot_dir / "final.png").exists() else None
     return {"run": run, "model": model, "prompt": prompt, "task": task.task_id, "site": task.site,
             "family": task.family, "column": column_of(task, group_by), "episode": episode, "seed": task.seed,
+            "sample": sample, "decoding": decoding,
             "max_steps": task.max_steps, "intent": traj.intent or task.intent, "reward": traj.reward,
             "success": traj.reward > 0, "done_reason": traj.done_reason, "num_steps": len(traj.steps),
             "response_tokens": sum(s["response_tokens"] for s in steps), "parse_errors": traj.parse_errors,
@@ -242,19 +283,25 @@ def to_record(traj: Trajectory, *, run: str, model: str, prompt: str, task: webe
 
 async def run_episodes(runner: Runner, backend, tokenizer, jobs: list[tuple[webenv.Task, int]], args: Args, *,
                        run: str, model: str, prompt: str, viewer_dir: Path | None, bar,
-                       on_record=None) -> list[dict]:
-    """Every (task, episode) of one run through rollout.py's episode loop (the one RL trains with),
-    ``args.concurrency`` at a time, each in its own browser context. ``on_record(rec)`` is called as each
-    episode ends (saving it at once); returns the records in job order."""
-    cfg = dataclasses.replace(args.episode, prompt=prompt)
-    rjobs = [Job(task, group=e, screenshot_dir=viewer_dir / "shots" / slug(run) / f"{slug(task.task_id)}_e{e}"
-                 if viewer_dir is not None else None) for task, e in jobs]
+                       on_record=None, greedy: bool = False) -> list[dict]:
+    """Every (task, episode) of one run through rollout.py's episode loop (the one RL trains with), K samples
+    each at --temperature (one, greedy, with ``greedy``), ``args.concurrency`` at a time, each in its own
+    browser context; each request seeded by ``noise_base`` (``rollout.request_seed``). Screenshots of the first
+    sample of each page. ``on_record(rec)`` is called as each episode ends (saving it at once); returns the
+    records in job order."""
+    cfg = dataclasses.replace(args.episode, prompt=prompt, **({"temperature": 0.0} if greedy else {}))
+    decoding = decoding_label(cfg.temperature, cfg.top_p)
+    samples = 1 if greedy else args.samples
+    shots = viewer_dir / "shots" / (slug(run) + ("_greedy" if greedy else "")) if viewer_dir is not None else None
+    rjobs = [Job(task, group=e, screenshot_dir=shots / f"{slug(task.task_id)}_e{e}" if shots and k == 0 else None,
+                 noise=noise_base(args, run), sample=k) for task, e in jobs for k in range(samples)]
     stats = {"done": 0, "success": 0}
     records: dict[int, dict] = {}   # id(job) -> record
 
     def done(job: Job, traj: Trajectory) -> None:
         rec = to_record(traj, run=run, model=model, prompt=prompt, task=job.task, episode=job.group,
-                        shot_dir=job.screenshot_dir, viewer_dir=viewer_dir, group_by=args.group_by)
+                        shot_dir=job.screenshot_dir, viewer_dir=viewer_dir, group_by=args.group_by,
+                        sample=job.sample, decoding=decoding)
         records[id(job)] = rec
         if on_record is not None:
             on_record(rec)
@@ -282,10 +329,12 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
     """(backend, tokenizer, close) for one model entry."""
     ep = args.episode
     if args.backend == "hf":
+        import torch
         device, dtype = policy.decide_device()
         if args.torch_threads or device.type == "cpu":
-            import torch
             torch.set_num_threads(args.torch_threads or 1)
+        if args.batch_invariant and device.type == "cpu":
+            dtype = torch.float64   # logits rounded to float32 in policy._sample: batch and threads round away
         model, tok = policy.load(path, device=device, dtype=dtype, chat_template=args.chat_template or None)
         backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=ep.max_new_tokens,
                                       temperature=ep.temperature, top_p=ep.top_p,
@@ -329,9 +378,13 @@ def load_reused(dirs: str, args: Args, jobs: list[tuple[webenv.Task, int]], new_
     else a SystemExit names what differs. Screenshot paths are rewritten to point from ``out``'s viewer."""
     wanted = {(t.task_id, t.seed) for t, _ in jobs}
     same = ("rubric", "group_by", "compress", "temperature", "top_p", "max_new_tokens", "max_context",
-            "max_obs_chars")
-    mine = {k: v for k, v in trainlib.args_dict(args).items() if k in same}
-    mine["max_steps"] = max(t.max_steps for t, _ in jobs)
+            "max_obs_chars", "samples", "greedy", "noise", "seed")
+    sampled = args.episode.temperature > 0       # (greedy runs share no noise: its settings do not matter)
+
+    def settings(given: dict, budget: int) -> dict:
+        kept = {"samples": 1, "greedy": False} | {k: v for k, v in given.items() if k in same}   # (older outputs)
+        return {k: v for k, v in kept.items() if sampled or k not in ("noise", "seed")} | {"max_steps": budget}
+    mine = settings(trainlib.args_dict(args), max(t.max_steps for t, _ in jobs))
     records: list[dict] = []
     seen = set(new_runs)
     for d in (x.strip() for x in dirs.split(",") if x.strip()):
@@ -343,11 +396,14 @@ def load_reused(dirs: str, args: Args, jobs: list[tuple[webenv.Task, int]], new_
             lines = (path / "trajectories.jsonl").read_text().splitlines()
         except (OSError, ValueError) as e:
             raise SystemExit(f"--reuse {d}: not an evaluation's output directory ({e})") from None
-        theirs = {k: v for k, v in old["args"].items() if k in same} | {"max_steps": max(old["budgets"])}
+        theirs = settings(old["args"], max(old["budgets"]))
         if theirs != mine:
             diff = {k: (theirs.get(k), mine[k]) for k in mine if theirs.get(k) != mine[k]}
             raise SystemExit(f"--reuse {d}: evaluated with other settings (theirs, this run's): {diff}")
         recs = [r for r in map(json.loads, lines) if (r["task"], r["seed"]) in wanted]
+        for r in recs:   # (outputs from before samples and decodings were recorded: one greedy sample)
+            r.setdefault("sample", 0)
+            r.setdefault("decoding", decoding_label(old["args"].get("temperature", 0.0), old["args"].get("top_p", 1.0)))
         for run in dict.fromkeys(r["run"] for r in recs):
             if run in seen:
                 raise SystemExit(f"--reuse {d}: run {run!r} is already in this evaluation; rename it with NAME=PATH")
@@ -366,26 +422,52 @@ def load_reused(dirs: str, args: Args, jobs: list[tuple[webenv.Task, int]], new_
 
 
 # ---- metrics ----
+# A page (task, seed) is the unit: evaluated K times, its success is the mean of its K outcomes, and the standard
+# errors are those of page means (clustered by page), stratified by task. With K = 1 they are the binomial ones.
 
-def stderr(recs: list[dict]) -> float:
-    """Standard error of a success rate, stratified by task (each task's episodes are a fixed share of the
-    cell): sqrt(sum_t (n_t / N)^2 p_t (1 - p_t) / n_t); for one task sqrt(p (1 - p) / n)."""
-    by_task: dict[str, list[bool]] = collections.defaultdict(list)
+def pages_of(recs: list[dict]) -> dict[tuple[str, int], list[bool]]:
+    """The outcomes of each page, ``{(task, seed): [success of sample 0, 1, ...]}``."""
+    pages: dict[tuple[str, int], list[bool]] = collections.defaultdict(list)
     for r in recs:
-        by_task[r["task"]].append(r["success"])
-    n = len(recs)
-    var = sum((len(v) / n) ** 2 * (p := sum(v) / len(v)) * (1 - p) / len(v) for v in by_task.values())
+        pages[(r["task"], r["seed"])].append(bool(r["success"]))
+    return pages
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Chen et al. (2021)'s unbiased pass@k of a page with ``c`` successes in ``n`` samples (k <= n): the chance
+    that k of the n, drawn without replacement, hold a success, 1 - C(n - c, k) / C(n, k)."""
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def page_values(recs: list[dict], k: int | None = None) -> dict[tuple[str, int], float]:
+    """Each page's success rate (the mean of its samples), or its pass@k."""
+    return {page: sum(v) / len(v) if k is None else pass_at_k(len(v), sum(v), k) for page, v in pages_of(recs).items()}
+
+
+def stderr(recs: list[dict], k: int | None = None) -> float:
+    """Standard error of a success rate (or of pass@k) over pages, stratified by task (each task's pages are a
+    fixed share of the cell): sqrt(sum_t w_t^2 var_t / P_t), var_t the variance of task t's page values over its
+    P_t pages, w_t its share of the episodes; with one sample per page and one task sqrt(p (1 - p) / n)."""
+    by_task: dict[str, list[float]] = collections.defaultdict(list)
+    weight: collections.Counter = collections.Counter(r["task"] for r in recs)
+    for (task, _), v in page_values(recs, k).items():
+        by_task[task].append(v)
+    var = 0.0
+    for task, vals in by_task.items():
+        mean = sum(vals) / len(vals)
+        var += (weight[task] / len(recs)) ** 2 * sum((x - mean) ** 2 for x in vals) / len(vals) ** 2
     return math.sqrt(var)
 
 
-def paired(records: list[dict], runs: list[str]) -> dict[str, dict[str, float]]:
-    """Each run against every earlier one on the episodes both ran (same task and seed): the mean of the
-    per-episode success differences and its standard error, ``{"rl - bc": {"diff", "stderr", "n"}}``."""
-    outcome = {(r["run"], r["task"], r["seed"]): float(r["success"]) for r in records}
+def paired(records: list[dict], runs: list[str], k: int | None = None) -> dict[str, dict[str, float]]:
+    """Each run against every earlier one on the pages both ran (same task and seed): the mean of the per-page
+    differences of success rate (of pass@k with ``k``) and its standard error, ``{"rl - bc": {"diff", "stderr",
+    "n"}}`` (n = pages). With common noise the two runs' samples of a page drew with the same noise."""
+    value = {run: page_values([r for r in records if r["run"] == run], k) for run in runs}
     out = {}
     for j, b in enumerate(runs):
         for a in runs[:j]:
-            d = [outcome[(b, t, s)] - outcome[(a, t, s)] for (run, t, s) in outcome if run == b and (a, t, s) in outcome]
+            d = [v - value[a][page] for page, v in value[b].items() if page in value[a]]
             if not d:
                 continue
             mean = sum(d) / len(d)
@@ -397,12 +479,35 @@ def paired(records: list[dict], runs: list[str]) -> dict[str, dict[str, float]]:
 def _cell(recs: list[dict]) -> dict[str, Any]:
     n = len(recs)
     turns = sum(r["num_steps"] for r in recs)
+    samples = min((len(v) for v in pages_of(recs).values()), default=0)
     return {"success_rate": sum(r["success"] for r in recs) / n if n else 0.0, "n": n,
-            "stderr": stderr(recs) if n else 0.0, "successes": sum(r["success"] for r in recs),
+            "pages": len(pages_of(recs)), "stderr": stderr(recs) if n else 0.0,
+            "successes": sum(r["success"] for r in recs),
+            "pass_at": {str(k): {"rate": sum(page_values(recs, k).values()) / len(pages_of(recs)),
+                                 "stderr": stderr(recs, k)} for k in range(1, samples + 1)},
             "avg_response_tokens": sum(r["response_tokens"] for r in recs) / turns if turns else 0.0,
             "avg_interactions": turns / n if n else 0.0,
             "parse_fail_rate": sum(r["parse_errors"] for r in recs) / turns if turns else 0.0,
             "env_errors": sum(r["env_errors"] for r in recs)}
+
+
+def tabulate(records: list[dict], args: Args, budgets: list[int], args_json: dict, seconds: float) -> dict:
+    """results.json: the runs at the evaluated decoding (``decoding``: "T = 1", or "greedy"), their paired
+    differences by page (of success rate, and of pass@K with K samples), and with --greedy the same for the
+    greedy column (``greedy``)."""
+    headline = decoding_label(args.episode.temperature, args.episode.top_p)
+    main = [r for r in records if r.get("decoding", headline) == headline]
+    greedy = [r for r in records if r.get("decoding") == "greedy"] if headline != "greedy" else []
+    runs = summarize(main, budgets)
+    results = {"args": args_json, "columns": order_columns(list(dict.fromkeys(r["column"] for r in records))),
+               "budgets": budgets, "seconds": seconds, "decoding": headline, "samples": args.samples,
+               "noise": args.noise if headline != "greedy" else None, "runs": runs, "paired": paired(main, list(runs))}
+    if args.samples > 1:
+        results["paired_pass"] = paired(main, list(runs), k=args.samples)
+    if greedy:
+        g = summarize(greedy, budgets)
+        results["greedy"] = {"runs": g, "paired": paired(greedy, list(g))}
+    return results
 
 
 def solved_within(rec: dict, k: int) -> bool:
@@ -450,10 +555,36 @@ def table2(runs: dict[str, Any], columns: list[str]) -> str:
 
 def paired_table(diffs: dict[str, dict[str, float]]) -> str:
     """Markdown of the paired differences in success rate (points), with standard errors and their ratio."""
-    lines = ["| Comparison | Difference | SE | Difference / SE | Episodes |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| Comparison | Difference | SE | Difference / SE | Pages |", "| --- | ---: | ---: | ---: | ---: |"]
     for name, d in diffs.items():
         z = d["diff"] / d["stderr"] if d["stderr"] else float("nan")
         lines.append(f"| {name} | {100 * d['diff']:+.1f} | {_pct(d['stderr'])} | {z:+.1f} | {d['n']} |")
+    return "\n".join(lines)
+
+
+def decodings_table(results: dict) -> str:
+    """Markdown of every decoding side by side: per run the success rate at the evaluated decoding, pass@K from
+    the same samples, and greedy success, each with its SE; then each paired difference in the same columns."""
+    k, label = results["samples"], results["decoding"]
+    greedy = results.get("greedy")
+    cols = [(f"SR, {label} ({k} per page)", results["runs"], results["paired"], None)]
+    if k > 1:
+        cols.append((f"pass@{k}", results["runs"], results["paired_pass"], str(k)))
+    if greedy:
+        cols.append(("SR, greedy", greedy["runs"], greedy["paired"], None))
+    lines = ["| Method | " + " | ".join(f"{c[0]} | SE" for c in cols) + " |",
+             "| --- |" + " ---: | ---: |" * len(cols)]
+    for run in results["runs"]:
+        cells = []
+        for _, runs, _, at in cols:
+            o = runs.get(run, {}).get("overall")
+            v = None if o is None else o["pass_at"][at] if at else o
+            cells.append(f"{_pct(v['rate' if at else 'success_rate'])} | {_pct(v['stderr'])}" if v else "- | -")
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    for name in results["paired"]:
+        cells = [f"{100 * d[name]['diff']:+.1f} | {_pct(d[name]['stderr'])}" if name in d else "- | -"
+                 for _, _, d, _ in cols]
+        lines.append(f"| {name} (paired, {results['paired'][name]['n']} pages) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -476,23 +607,29 @@ def budget_table(runs: dict[str, Any], budgets: list[int]) -> str:
     return "\n".join(lines)
 
 
-def results_markdown(runs: dict[str, Any], columns: list[str], budgets: list[int], args: Args,
-                     diffs: dict[str, dict[str, float]] | None = None) -> str:
-    n = sorted({c["n"] for r in runs.values() for c in r["tasks"].values()})
-    ep = args.episode
-    decoding = "greedy" if ep.temperature <= 0 else f"temperature {ep.temperature}, top-p {ep.top_p}"
-    pages = "held-out seeds" if args.seed_start < 0 else f"seeds {args.seed_start}.., validation pages"
-    parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.tasks}`, {'/'.join(map(str, n))} "
-             f"episodes per task ({pages}), at most {budgets[-1]} interactions, {decoding}, "
+def results_markdown(results: dict, args: Args) -> str:
+    runs, columns, budgets = results["runs"], results["columns"], results["budgets"]
+    pages = sorted({c["pages"] for r in runs.values() for c in r["tasks"].values()})
+    where = "held-out seeds" if args.seed_start < 0 else f"seeds {args.seed_start}.., validation pages"
+    k, label = results["samples"], results["decoding"]
+    each = f", {k} samples per page ({results['noise']} noise)" if k > 1 else ""
+    parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.tasks}`, {'/'.join(map(str, pages))} "
+             f"pages per task ({where}), at most {budgets[-1]} interactions, {label}{each}, "
              f"prompt {', '.join(dict.fromkeys(r['prompt'] for r in runs.values()))}. Average SR = successes / "
-             f"episodes over all tasks; SE = its standard error (stratified by task).\n",
-             table2(runs, columns),
-             "\n## Prompting design, Table 3 layout\n\nLength = generated tokens per turn; "
-             "# of Interactions = steps per episode.\n",
-             table3(runs)]
-    if diffs:
-        parts += ["\n## Paired differences in success rate (points; the same held-out episodes)\n",
-                  paired_table(diffs)]
+             f"episodes over all tasks; SE = its standard error (clustered by page, stratified by task).\n",
+             table2(runs, columns)]
+    if k > 1 or "greedy" in results:
+        paper = " (the paper's decoding)" if label == "T = 1" else ""
+        parts += [f"\n## Every decoding side by side (%; SE clustered by page; paired differences in points, page "
+                  f"by page)\n\nSR, {label}{paper}: the mean of each page's {k} samples" + (
+                      f"; pass@{k}: a page counts if any of its {k} samples succeeds (Chen et al. 2021's estimator)"
+                      if k > 1 else "") + ("; greedy: one answer per page" if "greedy" in results else "") + ".\n",
+                  decodings_table(results)]
+    elif results["paired"]:
+        parts += ["\n## Paired differences in success rate (points; the same pages)\n",
+                  paired_table(results["paired"])]
+    parts += ["\n## Prompting design, Table 3 layout\n\nLength = generated tokens per turn; "
+              "# of Interactions = steps per episode.\n", table3(runs)]
     if len(budgets) > 1:
         parts += ["\n## Test-time scaling: SR (%) by max number of interactions (Fig. 5)\n",
                   budget_table(runs, budgets)]
@@ -578,6 +715,12 @@ def _failure_reason(rec: dict) -> str:
     return reason
 
 
+def _sample_label(rec: dict) -> str:
+    """``"T = 1, sample 2"`` / ``"greedy"``: how an episode was decoded."""
+    label = rec.get("decoding", "greedy")
+    return label if label == "greedy" else f"{label}, sample {rec.get('sample', 0)}"
+
+
 def _esc(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
@@ -631,12 +774,13 @@ def render_viewer(records: list[dict], runs: dict[str, Any], columns: list[str],
     out.append("</table>")
     out.append("<h2>Episodes</h2><label><input type=checkbox id=failonly "
                "onchange=\"document.body.classList.toggle('failonly', this.checked)\"> show failures only</label>"
-               "<table id=index><tr><th>#</th><th>run</th><th>task</th><th>seed</th><th>result</th><th>steps</th>"
+               "<table id=index><tr><th>#</th><th>run</th><th>decoding</th><th>task</th><th>seed</th><th>result</th><th>steps</th>"
                "<th>done</th><th>why</th></tr>")
     for k, r in enumerate(records):
         badge = '<span class="badge ok">SUCCESS</span>' if r["success"] else '<span class="badge fail">FAIL</span>'
         out.append(f"<tr class='{'passed' if r['success'] else 'failed'}'><td><a href='#ep-{k}'>{k}</a></td>"
-                   f"<td>{_esc(r['run'])}</td><td>{_esc(r['task'])}</td><td>{r['seed']}</td><td>{badge}</td>"
+                   f"<td>{_esc(r['run'])}</td><td>{_esc(_sample_label(r))}</td><td>{_esc(r['task'])}</td>"
+                   f"<td>{r['seed']}</td><td>{badge}</td>"
                    f"<td class=num>{r['num_steps']}</td><td>{_esc(r['done_reason'])}</td>"
                    f"<td>{_esc(failure_reason(r))}</td></tr>")
     out.append("</table>")
@@ -645,7 +789,8 @@ def render_viewer(records: list[dict], runs: dict[str, Any], columns: list[str],
         badge = '<span class="badge ok">SUCCESS</span>' if ok else '<span class="badge fail">FAIL</span>'
         warn = (f' <span class="badge warn">{r["parse_errors"]} parse errors</span>' if r["parse_errors"] else "")
         out.append(f"<section class='episode {'passed' if ok else 'failed'}' id='ep-{k}'>"
-                   f"<h3>{badge}{warn} #{k} {_esc(r['run'])} · {_esc(r['task'])} · seed {r['seed']}</h3>"
+                   f"<h3>{badge}{warn} #{k} {_esc(r['run'])} · {_esc(_sample_label(r))} · {_esc(r['task'])} · "
+                   f"seed {r['seed']}</h3>"
                    f"<div class=intent><b>Intent:</b> {_esc(r['intent'])}</div>"
                    f"<div class=meta>reward {r['reward']:g} · steps {r['num_steps']} of max {r['max_steps']} · "
                    f"done: {_esc(r['done_reason'])} · {r['response_tokens']} response tokens · "
@@ -677,7 +822,8 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
     if shared_tok is not None and args.chat_template:   # (it fits and counts prompts; the server renders its own)
         shared_tok.chat_template = policy.read_chat_template(args.chat_template)
     records: list[dict] = []
-    bar = tqdm(total=len(jobs) * len(models) * len(prompts), desc="eval", dynamic_ncols=True)
+    bar = tqdm(total=len(jobs) * len(models) * len(prompts) * (args.samples + args.greedy), desc="eval",
+               dynamic_ncols=True)
     saved = (out / "trajectories.jsonl").open("w")   # one line per finished episode, kept if the run dies
 
     def save(rec: dict) -> None:
@@ -691,15 +837,16 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
             for name, path in models:
                 backend, tok, close = make_backend(args, path, shared_tok)
                 try:
-                    for prompt in prompts:
+                    for prompt, greedy in ((p, g) for p in prompts for g in (False, True)[:1 + args.greedy]):
                         run = name if len(prompts) == 1 else f"{name} [{prompt}]"
                         torch.manual_seed(args.seed)
-                        records += await run_episodes(runner, backend, tok, jobs, args, run=run, model=path,
-                                                      prompt=prompt, viewer_dir=viewer_dir, bar=bar,
-                                                      on_record=save)
-                        res = summarize([r for r in records if r["run"] == run], [budget])[run]["overall"]
-                        log.info("%s: success %.1f%% (%d/%d), %.1f tokens/turn, %.2f interactions", run,
-                                 100 * res["success_rate"], res["successes"], res["n"],
+                        mine = await run_episodes(runner, backend, tok, jobs, args, run=run, model=path,
+                                                  prompt=prompt, viewer_dir=viewer_dir, bar=bar, on_record=save,
+                                                  greedy=greedy)
+                        records += mine
+                        res = summarize(mine, [budget])[run]["overall"]
+                        log.info("%s, %s: success %.1f%% (%d/%d), %.1f tokens/turn, %.2f interactions", run,
+                                 mine[0]["decoding"], 100 * res["success_rate"], res["successes"], res["n"],
                                  res["avg_response_tokens"], res["avg_interactions"])
                 finally:
                     await close()
@@ -726,6 +873,11 @@ def main(args: Args) -> dict[str, Any]:
         if p not in compress.PROMPT_KINDS:
             raise SystemExit(f"--compare-prompts {p!r}: expected one of {compress.PROMPT_KINDS}")
     budgets = parse_budgets(args.max_steps)
+    if args.samples < 1:
+        raise SystemExit(f"--samples must be >= 1, got {args.samples}")
+    if args.episode.temperature <= 0 and (args.samples > 1 or args.greedy):
+        raise SystemExit("--samples > 1 and --greedy need --temperature > 0: greedy decoding gives one answer per "
+                         "page (--temperature 0 is the greedy column alone)")
     tasks = webenv.load_tasks(args.tasks)
     webarena.site_pool()   # site replicas (docs/webarena.md): a malformed WA_<SITE>_RESET fails here, not mid-run
     out = Path(args.out)
@@ -744,15 +896,10 @@ def main(args: Args) -> dict[str, Any]:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
     # ---- results ----
-    runs = summarize(records, budgets)
-    columns = order_columns(list(dict.fromkeys(r["column"] for r in records)))
-    diffs = paired(records, list(runs))
-    results = {"args": json.loads(args_json), "columns": columns, "budgets": budgets,
-               "seconds": round(time.time() - t0, 1),
-               "decoding": "greedy" if args.episode.temperature <= 0 else "sampling", "runs": runs,
-               "paired": diffs}
+    results = tabulate(records, args, budgets, json.loads(args_json), round(time.time() - t0, 1))
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    md = results_markdown(runs, columns, budgets, args, diffs)
+    runs, columns = results["runs"], results["columns"]
+    md = results_markdown(results, args)
     (out / "results.md").write_text(md)
     if len(budgets) > 1:
         plot_budgets(runs, budgets, out / "test_time_scaling.png")

@@ -10,8 +10,9 @@ What it implements
   fixed action strings and prompt words). Both round-trip through ``save_pretrained`` / ``from_pretrained``.
 - ``decide_device``: CUDA -> bf16 (FlashAttention-2 when its kernels load, else SDPA); CPU -> fp32, SDPA.
 - Generation backends, one async interface
-  ``await backend.generate(prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None)
-  -> Generation(ids, logprobs, text, finish_reason)``:
+  ``await backend.generate(prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None,
+  seed=None) -> Generation(ids, logprobs, text, finish_reason)``; ``seed`` gives a request its own sampling
+  noise (common random numbers: ``rollout.request_seed``), never shared with the batch it is decoded in:
   * ``HFBackend``: continuous batching on the model's own forward, in a worker thread so the event loop (the
     browsers) keeps running: a request joins the rows being decoded at the next token and leaves the token
     it ends; prompts are prefilled alone (no padding), reusing the KV of a prefix they share with a recent
@@ -504,6 +505,8 @@ class _Request:
     temperature: float
     top_p: float
     future: asyncio.Future = field(repr=False)
+    seed: int | None = None                  # its own noise stream (common random numbers), else the global one
+    noise: torch.Generator | None = field(default=None, repr=False)   # made from seed at its first draw
 
 
 @dataclass
@@ -513,6 +516,12 @@ class _Row:
     pos: int                                  # tokens in its KV cache = the position of its next token
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+
+
+def _settings(r: _Request) -> tuple:
+    """What requests batched by ``model.generate`` must share: the sampling settings, and whether they bring
+    their own noise."""
+    return r.temperature, r.top_p, r.seed is None
 
 
 class _Slab:
@@ -679,17 +688,40 @@ def _warp(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) 
     return scores
 
 
-def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+            noise: Sequence[torch.Generator | None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Next tokens ``[n]`` for rows of ``logits`` ``[n, V]`` and their raw log-probs: greedy where the temperature
-    is 0, else drawn from softmax(``_warp``). The log-probs are those of the raw logits (temperature 1, no cut:
-    see the module docstring), whatever the row was sampled with."""
+    is 0, else drawn from softmax(``_warp``). A row with a generator in ``noise`` draws with its own noise:
+    argmax(scores + Gumbel(0, 1)) with the V uniforms taken from that generator (the Gumbel-max trick: the same
+    distribution), so its token depends on its own logits and its generator's state only, never on the other
+    rows; other rows draw with ``torch.multinomial`` from the global generator. The log-probs are those of the
+    raw logits (temperature 1, no cut: see the module docstring), whatever the row was sampled with."""
     logits = logits.float()
     tokens = logits.argmax(-1)                                                        # [n]
     sampled = temperature > 0
     if sampled.any():
-        scores = _warp(logits[sampled], temperature[sampled], top_p[sampled])
-        tokens[sampled] = torch.multinomial(scores.softmax(-1), 1)[:, 0]
+        rows = sampled.nonzero()[:, 0].tolist()
+        scores = _warp(logits[sampled], temperature[sampled], top_p[sampled])         # [s, V]
+        gens = [noise[i] if noise is not None else None for i in rows]
+        free = [k for k, g in enumerate(gens) if g is None]
+        if free:
+            tokens[[rows[k] for k in free]] = torch.multinomial(scores[free].softmax(-1), 1)[:, 0]
+        for k, g in enumerate(gens):
+            if g is not None:
+                tokens[rows[k]] = (scores[k] + gumbel_noise(scores.shape[-1], g)).argmax()
     return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]
+
+
+def gumbel_noise(n: int, generator: torch.Generator) -> torch.Tensor:
+    """``n`` standard Gumbel draws -log(-log U) from ``generator`` (U uniform in [0, 1); U = 0 gives -inf, a
+    token never taken)."""
+    u = torch.rand(n, generator=generator, device=generator.device)
+    return -torch.log(-torch.log(u))
+
+
+def noise_generator(seed: int, device: torch.device) -> torch.Generator:
+    """The generator of one request's sampling noise, seeded with its seed (``rollout.request_seed``)."""
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 class _LogprobRecorder:
@@ -714,6 +746,21 @@ class _LogprobRecorder:
         if self.prev is not None:
             self.steps.append(self.prev.gather(-1, last_tokens[:, None])[:, 0])       # [B]
         return torch.stack(self.steps, dim=1) if self.steps else last_tokens[:, :0].float()  # [B, T]
+
+
+class _SeededNoise:
+    """A logits processor for ``decode="generate"`` batches of seeded requests: each row's scores become
+    ``_warp``'s plus Gumbel noise from the row's own generator, so greedy decoding over them draws as
+    ``_sample`` does for a seeded row (runs after ``_LogprobRecorder``, which keeps the raw log-probs)."""
+
+    def __init__(self, reqs: list[_Request], device: torch.device):
+        self.reqs, self.gens = reqs, [noise_generator(r.seed, device) for r in reqs]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        dev = scores.device
+        warped = _warp(scores.float(), torch.tensor([r.temperature for r in self.reqs], device=dev),
+                       torch.tensor([r.top_p for r in self.reqs], device=dev))
+        return torch.stack([row + gumbel_noise(row.shape[-1], g) for row, g in zip(warped, self.gens)])
 
 
 def continuous_batching_supported(model) -> bool:
@@ -795,8 +842,10 @@ class HFBackend:
 
     async def generate(self, prompt_ids: Sequence[int], *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,
-                       top_p: float | None = None) -> Generation:
-        """Queue one prompt; resolves when its response ends. ``messages`` is ignored (ids are the prompt)."""
+                       top_p: float | None = None, seed: int | None = None) -> Generation:
+        """Queue one prompt; resolves when its response ends. ``messages`` is ignored (ids are the prompt).
+        ``seed``: the request's own noise (``_sample``), so its response is a function of its prompt and seed
+        whatever else is decoded beside it; None: the global generator's next draws."""
         if not prompt_ids:
             raise ValueError("empty prompt")
         loop = asyncio.get_running_loop()
@@ -804,7 +853,7 @@ class HFBackend:
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         req = _Request(list(map(int, prompt_ids)), int(limit),
                        float(self.temperature if temperature is None else temperature),
-                       float(self.top_p if top_p is None else top_p), loop.create_future())
+                       float(self.top_p if top_p is None else top_p), loop.create_future(), seed)
         self.stats["requests"] += 1
         if req.max_new_tokens <= 0:
             return Generation([], [], "", "length")
@@ -842,7 +891,7 @@ class HFBackend:
         """Take up to ``limit`` pending requests (with ``like``'s sampling settings, if given), oldest first."""
         with self._pending_lock:
             taken = [r for r in self._pending
-                     if like is None or (r.temperature, r.top_p) == (like.temperature, like.top_p)]
+                     if like is None or _settings(r) == _settings(like)]
             taken = taken[:limit] if limit is not None else taken
             ids = {id(r) for r in taken}
             self._pending = [r for r in self._pending if id(r) not in ids]
@@ -999,10 +1048,13 @@ class HFBackend:
 
     @staticmethod
     def _draw(logits: torch.Tensor, reqs: list[_Request]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``_sample`` for rows of ``logits`` ``[n, V]``, each with its request's temperature and top-p."""
+        """``_sample`` for rows of ``logits`` ``[n, V]``, each with its request's temperature, top-p and noise."""
         dev = logits.device
+        for r in reqs:
+            if r.seed is not None and r.noise is None:
+                r.noise = noise_generator(r.seed, dev)
         return _sample(logits, torch.tensor([r.temperature for r in reqs], device=dev),
-                       torch.tensor([r.top_p for r in reqs], device=dev))
+                       torch.tensor([r.top_p for r in reqs], device=dev), [r.noise for r in reqs])
 
     def _attention(self):
         """The model's SDPA attention as ``_sdpa_gqa`` for one forward of the loop (restored right after it, so a
@@ -1059,7 +1111,8 @@ class HFBackend:
             input_ids[i, L - len(r.prompt):] = torch.tensor(r.prompt)
             attention_mask[i, L - len(r.prompt):] = 1
         temp, top_p = reqs[0].temperature, reqs[0].top_p
-        sample = temp > 0
+        seeded = temp > 0 and reqs[0].seed is not None       # (a batch shares _settings: all seeded or none)
+        sample = temp > 0 and not seeded                     # seeded rows: greedy over _SeededNoise's scores
         # Every knob explicit: unset values would be filled from the checkpoint's generation_config and
         # HF's global defaults (top_k=50), silently changing pi.
         warp = dict(temperature=temp, top_p=top_p, top_k=0, typical_p=1.0) if sample else {}
@@ -1070,12 +1123,13 @@ class HFBackend:
             repetition_penalty=1.0, no_repeat_ngram_size=0, eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id, use_cache=True, return_dict_in_generate=True, **warp)
         rec = _LogprobRecorder()
+        processors = [rec, _SeededNoise(reqs, dev)] if seeded else [rec]
         with self._model_lock, torch.inference_mode():
             t0, c0 = time.perf_counter(), time.thread_time()
             input_ids, attention_mask = input_ids.to(dev), attention_mask.to(dev)
             past = self._shared_prefill(reqs, input_ids, attention_mask)
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=past,
-                                      generation_config=gc, logits_processor=LogitsProcessorList([rec]))
+                                      generation_config=gc, logits_processor=LogitsProcessorList(processors))
             new = out.sequences[:, L:].cpu()                                           # [B, T]
             logp = rec.finish(out.sequences[:, -1]).cpu()                              # [B, T]
             self.stats["model_s"] += time.perf_counter() - t0
@@ -1132,13 +1186,16 @@ class OpenAIBackend:
 
     async def generate(self, prompt_ids: Sequence[int] | None = None, *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,
-                       top_p: float | None = None) -> Generation:
+                       top_p: float | None = None, seed: int | None = None) -> Generation:
+        """One chat completion; ``seed`` goes out as the request's ``seed`` field (vLLM's server seeds that
+        request's sampling with it; OpenAI's API treats it as best effort)."""
         if not messages:
             raise ValueError("OpenAIBackend.generate needs messages (chat API)")
         body = {"model": self.model, "messages": messages,
                 "max_tokens": int(max_new_tokens or self.max_new_tokens),
                 "temperature": float(self.temperature if temperature is None else temperature),
-                "top_p": float(self.top_p if top_p is None else top_p), **self.extra_body}
+                "top_p": float(self.top_p if top_p is None else top_p),
+                **({"seed": int(seed)} if seed is not None else {}), **self.extra_body}
         return await asyncio.to_thread(self._complete, body)
 
     def _count(self, key: str) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -102,20 +103,36 @@ class Trajectory:
 @dataclass(frozen=True)
 class Job:
     """One episode to run: the task (its seed and max_steps set), the RL group (or eval episode index) it
-    belongs to, and where to save a screenshot per step (None: no screenshots)."""
+    belongs to, and where to save a screenshot per step (None: no screenshots). ``noise``: the base of its
+    requests' seeds (``request_seed``, with ``sample``, its index among the episodes of one page): common random
+    numbers, the episode's sampling the same whatever runs beside it; None (RL's rollouts): fresh noise from
+    the backend's own generator."""
     task: webenv.Task
     group: int = 0
     screenshot_dir: Path | None = None
+    noise: int | None = None
+    sample: int = 0
+
+
+def request_seed(noise: int, task_id: str, page: int, sample: int, turn: int) -> int:
+    """The seed of one request's sampling noise: a hash of (noise base, task, page seed, sample index, turn),
+    63 bits. The backend draws token k's noise as the k-th draw of a generator seeded with it, so the noise is a
+    function of (task, page, sample, turn, token position) and never of the batch or of other requests: two
+    models asked on the same page and sample draw with the same noise, and their paired difference loses it."""
+    key = f"{noise}|{task_id}|{page}|{sample}|{turn}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 # ---- one episode ----
 
 async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg: EpisodeConfig, *,
-                  group: int = 0, screenshot_dir: Path | None = None) -> Trajectory:
+                  group: int = 0, screenshot_dir: Path | None = None, noise: int | None = None,
+                  sample: int = 0) -> Trajectory:
     """Run one episode: render -> generate -> step until done; every step becomes a token-exact Sample.
 
     With ``screenshot_dir``, the page is saved as ``step_<j>.png`` before each action and ``final.png`` at
-    the end, and each step records its screenshot's file name."""
+    the end, and each step records its screenshot's file name. With ``noise``, turn j's request is seeded
+    with ``request_seed(noise, task, page, sample, j)`` (``Job``)."""
     traj = Trajectory(group=group, task_id=task.task_id, seed=task.seed)
     start = time.perf_counter()
     try:
@@ -140,8 +157,9 @@ async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg
         # the same prompt as chat messages, for HTTP backends (OpenAIBackend); the others use the ids
         messages = compress.build_messages(obs.intent, turns, shown, obs.error, prompt=cfg.prompt,
                                            compress=cfg.compress)
+        seed = None if noise is None else request_seed(noise, task.task_id, task.seed, sample, len(traj.steps))
         gen = await backend.generate(prompt_ids, messages=messages, max_new_tokens=cfg.max_new_tokens,
-                                     temperature=cfg.temperature, top_p=cfg.top_p)
+                                     temperature=cfg.temperature, top_p=cfg.top_p, seed=seed)
         traj.samples.append(Sample(*compress.rl_sample(prompt_ids, gen.ids)))
         res = await env.step(gen.text)
         info = res.info
@@ -275,6 +293,6 @@ async def rollouts(runner: Runner, backend, tokenizer, jobs: Sequence[Job], cfg:
 
     return await runner.run(
         jobs, lambda env, job: rollout(env, backend, tokenizer, job.task, cfg, group=job.group,
-                                       screenshot_dir=job.screenshot_dir),
+                                       screenshot_dir=job.screenshot_dir, noise=job.noise, sample=job.sample),
         failed, on_done)
 

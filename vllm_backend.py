@@ -111,8 +111,10 @@ class VLLMBackend:
 
     async def generate(self, prompt_ids: Sequence[int], *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,
-                       top_p: float | None = None) -> Generation:
-        params = self.sampling_params(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+                       top_p: float | None = None, seed: int | None = None) -> Generation:
+        """One response; ``seed``: vLLM's per-request seed (that request's own generator), None: the engine's."""
+        params = self.sampling_params(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                      seed=seed)
         out = (await self._run(prompt_ids, params)).outputs[0]
         ids = list(out.token_ids)
         logprobs = [float(step[t].logprob) for step, t in zip(out.logprobs, ids)] if out.logprobs else None

@@ -31,7 +31,8 @@ class Scripted:
         self.tokenizer, self.text, self.delay_s, self.before = tokenizer, text, delay_s, before
         self.calls = 0
 
-    async def generate(self, prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None):
+    async def generate(self, prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None,
+                       seed=None):
         self.calls += 1
         if self.before is not None:
             await self.before()

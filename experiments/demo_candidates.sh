@@ -36,7 +36,7 @@ stage "2/3 behavior cloning of $BASE on $DEMOS demonstrations: $STEPS steps at l
 bc "$OUT/demos.jsonl" "$OUT/bc" "$STEPS" short "$BASE" 1e-3
 
 stage "3/3 greedy success on validation pages ($VAL per task, seeds 500000..)"
-$PY eval.py --model "bc=$OUT/bc/hf" --tasks "$CANDIDATES" --episodes "$VAL" --seed-start 500000 --prompt short \
+$PY eval.py --temperature 0 --model "bc=$OUT/bc/hf" --tasks "$CANDIDATES" --episodes "$VAL" --seed-start 500000 --prompt short \
   --max-new-tokens 64 --max-steps 6 --out "$OUT/val"
 
 $PY - "$OUT/val/results.json" <<'EOF' | tee "$OUT/chosen.txt"

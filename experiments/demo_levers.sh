@@ -32,7 +32,7 @@ ORDER=(rl300 rl300-lr1e-5 rl300-ds3-pq rl300-t07 rl300-flat rl300-combined)
 
 evaluate() {   # NAME PATH: greedy on the validation pages, alone (the table joins the runs with --reuse)
   [ -s "$VAL/evals/$1/results.json" ] || { stage "validation pages: $1 ($2)"
-    $PY eval.py --model "$1=$2" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
+    $PY eval.py --temperature 0 --model "$1=$2" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
       --max-new-tokens "$NEW" --max-steps 6 --out "$VAL/evals/$1"; }
 }
 
@@ -48,6 +48,6 @@ for name in "${ORDER[@]}"; do
 done
 
 stage "one table: $REUSE"
-$PY eval.py --model "" --reuse "$REUSE" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
+$PY eval.py --temperature 0 --model "" --reuse "$REUSE" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
   --max-new-tokens "$NEW" --max-steps 6 --out "$VAL/levers"
 stage "done in $(( $(date +%s) - start ))s"

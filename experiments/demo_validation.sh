@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 MODELS="base=$BASE,bc=$OUT/bc/hf,bc300=$OUT/bc300/hf"
 for run in "$OUT"/rl*/hf; do MODELS="$MODELS,$(basename "$(dirname "$run")")=$run"; done
 stage "validation pages: $EVAL per task, seeds 500000.. ($MODELS)"
-$PY eval.py --model "$MODELS" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
+$PY eval.py --temperature 0 --model "$MODELS" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
   --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/val"
 stage "done in $(( $(date +%s) - start ))s"
 cat "$OUT/val/results.md"

@@ -48,7 +48,7 @@ seeds() { if [ "$1" = valid ]; then echo "--episodes 30 --seed-start 500000"; el
 evaluate() {
   # shellcheck disable=SC2046  # the flags split into words
   [ -s "$OUT/evals/$1-$3/results.json" ] || { stage "evaluation of $1 on $3 seeds"
-    $PY eval.py --model "$1=$2" --tasks "$COLUMNS" $(seeds "$3") --prompt short --max-new-tokens "$NEW" \
+    $PY eval.py --temperature 0 --model "$1=$2" --tasks "$COLUMNS" $(seeds "$3") --prompt short --max-new-tokens "$NEW" \
       --max-steps "$TURNS" --concurrency 8 --no-screenshots --out "$OUT/evals/$1-$3"; }
 }
 
@@ -58,7 +58,7 @@ table() {
   shift
   for name in "$@"; do reuse="$reuse${reuse:+,}$OUT/evals/$name-$split"; done
   # shellcheck disable=SC2046  # the flags split into words
-  $PY eval.py --model "" --reuse "$reuse" --tasks "$COLUMNS" $(seeds "$split") --prompt short \
+  $PY eval.py --temperature 0 --model "" --reuse "$reuse" --tasks "$COLUMNS" $(seeds "$split") --prompt short \
     --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/table-$split"
 }
 

@@ -54,7 +54,7 @@ suite_rl() {
 # credit experiments evaluate each checkpoint alone and join them into one paired table with valid_table.
 valid_eval() {
   [ -s "$1/$2/results.json" ] || { stage "validation pages: $2 ($3)"
-    $PY eval.py --model "$2=$3" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
+    $PY eval.py --temperature 0 --model "$2=$3" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
       --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1/$2"; }
 }
 
@@ -62,7 +62,7 @@ valid_eval() {
 # (comma-separated) into OUT
 valid_table() {
   stage "one table: $1"
-  $PY eval.py --model "" --reuse "$1" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
+  $PY eval.py --temperature 0 --model "" --reuse "$1" --tasks "$TASKS" --episodes "$EVAL" --seed-start 500000 --prompt short \
     --max-new-tokens "$NEW" --max-steps 6 --out "$2"
 }
 

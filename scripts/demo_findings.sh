@@ -50,32 +50,32 @@ for s in $STAGES; do
   case "$s" in
   tts)
     stage "test-time scaling: untrained / BC / BC + M-GRPO at $TTS_STEPS interactions"
-    $PY eval.py --model "untrained=$MODEL,bc=$DEMO/bc/hf,rl=$DEMO/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
+    $PY eval.py --temperature 0 --model "untrained=$MODEL,bc=$DEMO/bc/hf,rl=$DEMO/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
       --prompt short --max-new-tokens "$NEW" --max-steps "$TTS_STEPS" --out "$OUT/tts" ;;
   plain)
     stage "thinking vs plain: BC on plain-format demonstrations (same pages), evaluated beside the demo's BC"
     $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --prompt short_plain --out "$OUT/plain/demos.jsonl"
     bc "$OUT/plain/demos.jsonl" "$OUT/plain/bc" "$BC_STEPS" short_plain
-    $PY eval.py --model "bc-plain=$OUT/plain/bc/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short_plain \
+    $PY eval.py --temperature 0 --model "bc-plain=$OUT/plain/bc/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short_plain \
       --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/plain/eval" ;;
   cot)
     stage "R1-CoT: BC on long-thought demonstrations (same pages), then M-GRPO with the demo's budget"
     $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --thoughts long --out "$OUT/cot/demos.jsonl"
     bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc" "$BC_STEPS" short
     rl "$OUT/cot/bc/hf" "$OUT/cot/rl" "$RL_STEPS" "$COT_NEW"
-    $PY eval.py --model "bc-cot=$OUT/cot/bc/hf,rl-cot=$OUT/cot/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
+    $PY eval.py --temperature 0 --model "bc-cot=$OUT/cot/bc/hf,rl-cot=$OUT/cot/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
       --prompt short --max-new-tokens "$COT_NEW" --max-steps "$TURNS" --out "$OUT/cot/eval" ;;
   zero)
     stage "R1-Zero: M-GRPO from the untrained model, the demo's RL budget"
     rl "$MODEL" "$OUT/zero/rl" "$RL_STEPS" "$NEW"
-    $PY eval.py --model "r1-zero=$OUT/zero/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
+    $PY eval.py --temperature 0 --model "r1-zero=$OUT/zero/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
       --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/zero/eval" ;;
   r1zero)
     stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $ZERO_STEPS steps of $ZERO_B x G=$ZERO_G"
     # shellcheck disable=SC2086  # the flags split into words
     TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE \
       $ZERO_FLAGS
-    $PY eval.py --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$ZERO_EVAL" \
+    $PY eval.py --temperature 0 --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$ZERO_EVAL" \
       --prompt short --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/r1zero/eval" ;;
   *) echo "unknown stage $s (tts plain cot zero r1zero)" >&2; exit 2 ;;
   esac

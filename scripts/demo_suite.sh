@@ -62,7 +62,7 @@ stage "3/4 M-GRPO from the BC checkpoint on mixed starts: $RL_STEPS steps of $B 
 suite_rl "$OUT/bc/hf" "$OUT/rl" ${SUITE_RL_FLAGS:-}
 
 stage "4/4 evaluation on held-out seeds, by start type: $EVAL episodes each (eval.py)"
-$PY eval.py --model "bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$EVAL_TASKS" --episodes "$EVAL" --prompt short \
+$PY eval.py --temperature 0 --model "bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$EVAL_TASKS" --episodes "$EVAL" --prompt short \
   --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/eval"
 
 stage "done in $(( $(date +%s) - start ))s"

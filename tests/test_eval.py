@@ -187,6 +187,36 @@ def test_viewer_renders_every_step_with_screenshots(openai_run):
     assert pixels.var() > 10.0                                         # a page, not a blank image
 
 
+# ---- the same answer twice ----
+
+BASE = str(Path(__file__).resolve().parents[1] / "assets" / "tiny-web-base")
+
+
+def test_an_evaluation_gives_the_same_episodes_at_any_concurrency(tmp_path):
+    """One checkpoint, one command, the same pages: every episode (each response and the reward) is the same at
+    --concurrency 1 and 8, greedy and sampled at T = 1 with common random numbers; the same weights under two
+    names draw the same episodes on every page (paired difference 0, SE 0) while a page's samples differ."""
+    def run(out, models, concurrency):
+        ev.main(trainlib.parse_args(ev.Args, [
+            "--model", models, "--tasks", "miniwob:click-widget,click-option", "--episodes", "3", "--samples", "2",
+            "--greedy", "--prompt", "short", "--max-new-tokens", "48", "--max-steps", "3", "--no-screenshots",
+            "--concurrency", str(concurrency), "--out", str(tmp_path / out)]))
+        results, records = _load(tmp_path / out)
+        return results, {(r["run"], r["decoding"], r["task"], r["seed"], r["sample"]):
+                         ([st["response"] for st in r["steps"]], r["reward"], r["env_errors"]) for r in records}
+
+    _, alone = run("c1", f"a={BASE}", 1)
+    results, together = run("c8", f"a={BASE},b={BASE}", 8)
+    assert len(alone) == 2 * 3 * (2 + 1) and all(v[2] == 0 for v in alone.values())   # no browser errors
+    assert {k: v for k, v in together.items() if k[0] == "a"} == alone
+    assert {("a",) + k[1:]: v for k, v in together.items() if k[0] == "b"} == alone
+    for diffs in (results["paired"], results["paired_pass"], results["greedy"]["paired"]):
+        assert diffs["b - a"] == {"diff": 0.0, "stderr": 0.0, "n": 6}
+    sampled = {k: v for k, v in alone.items() if k[1] == "T = 1"}
+    assert any(v != sampled[k[:4] + (1,)] for k, v in sampled.items() if k[4] == 0)   # samples draw anew
+    assert results["decoding"] == "T = 1" and results["samples"] == 2 and results["noise"] == "common"
+
+
 # ---- pure helpers ----
 
 def test_reuse_joins_earlier_runs_to_the_tables(tiny_run, tmp_path):
@@ -240,6 +270,30 @@ def test_standard_errors_and_paired_differences():
     assert d["n"] == 20 and d["diff"] == pytest.approx(mean)
     assert d["stderr"] == pytest.approx((sum((x - mean) ** 2 for x in diffs) / 19 / 20) ** 0.5)
     assert ev.paired(a + b + [rec("x", "t3", 0, True)], ["bc", "rl", "x"]).keys() == {"rl - bc"}
+
+
+def test_samples_per_page_pass_at_k_and_clustered_errors():
+    """K samples per page: a page's success is their mean, the SE is that of page means (by task), pass@k is
+    Chen et al.'s estimator, paired differences are page by page; the noise base is shared only when common."""
+    assert ev.pass_at_k(4, 0, 2) == 0.0 and ev.pass_at_k(4, 3, 2) == 1.0 and ev.pass_at_k(4, 4, 4) == 1.0
+    assert ev.pass_at_k(4, 1, 1) == 0.25 and ev.pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)   # 1 - C(3,2)/C(4,2)
+    def rec(run, seed, sample, ok):
+        return {"run": run, "task": "t", "seed": seed, "sample": sample, "success": ok}
+    bc = [rec("bc", s, k, s == 0 or (s == 1 and k == 0)) for s in range(4) for k in range(2)]   # pages 1, .5, 0, 0
+    rl = [rec("rl", s, k, s < 2) for s in range(4) for k in range(2)]                          # pages 1, 1, 0, 0
+    means = [1.0, 0.5, 0.0, 0.0]
+    m = sum(means) / 4
+    assert ev.stderr(bc) == pytest.approx((sum((x - m) ** 2 for x in means) / 4 / 4) ** 0.5)
+    assert ev.page_values(bc, 2) == {("t", 0): 1.0, ("t", 1): 1.0, ("t", 2): 0.0, ("t", 3): 0.0}
+    d = ev.paired(bc + rl, ["bc", "rl"])["rl - bc"]
+    assert d["n"] == 4 and d["diff"] == pytest.approx(0.5 / 4)
+    assert d["stderr"] == pytest.approx(((0.5 - 0.125) ** 2 + 3 * 0.125 ** 2) ** 0.5 / 3 ** 0.5 / 2)
+    assert ev.paired(bc + rl, ["bc", "rl"], k=2)["rl - bc"]["diff"] == 0.0
+    common, independent = ev.Args(), ev.Args(noise="independent")
+    assert ev.noise_base(common, "bc") == ev.noise_base(common, "rl") == 0
+    assert len({ev.noise_base(independent, "bc"), ev.noise_base(independent, "rl"), 0}) == 3
+    with pytest.raises(SystemExit, match="need --temperature > 0"):
+        ev.main(trainlib.parse_args(ev.Args, ["--temperature", "0", "--samples", "2"]))
 
 
 def test_validation_seed_range():

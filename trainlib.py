@@ -221,19 +221,19 @@ def zero_stage(cfg: dict[str, Any]) -> int:
 
 
 def make_engine(model: torch.nn.Module, cfg: dict[str, Any], *, lr: float, weight_decay: float,
-                schedule) -> Any:
-    """deepspeed.initialize with AdamW (torch's, or DeepSpeed's own when offloading the optimizer)
+                schedule, betas: tuple[float, float] = (0.9, 0.999)) -> Any:
+    """deepspeed.initialize with AdamW (torch's, or DeepSpeed's own when offloading the optimizer) of ``betas``
     and a LambdaLR schedule (``schedule(step) -> lr multiplier``) that DeepSpeed steps at each
     optimizer step and saves with its checkpoints. Returns the engine."""
     import deepspeed
     params = [p for p in model.parameters() if p.requires_grad]
     make_sched = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule)  # noqa: E731
     if "optimizer" in cfg:
-        cfg["optimizer"]["params"].update(lr=lr, weight_decay=weight_decay)
+        cfg["optimizer"]["params"].update(lr=lr, weight_decay=weight_decay, betas=list(betas))
         engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=cfg,
                                           lr_scheduler=make_sched)
     else:
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
         engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=cfg, lr_scheduler=make_sched)
     return engine
 

@@ -584,7 +584,7 @@ def decodings_table(results: dict) -> str:
     for name in results["paired"]:
         cells = [f"{100 * d[name]['diff']:+.1f} | {_pct(d[name]['stderr'])}" if name in d else "- | -"
                  for _, _, d, _ in cols]
-        lines.append(f"| {name} (paired, {results['paired'][name]['n']} pages) | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -623,7 +623,9 @@ def results_markdown(results: dict, args: Args) -> str:
         parts += [f"\n## Every decoding side by side (%; SE clustered by page; paired differences in points, page "
                   f"by page)\n\nSR, {label}{paper}: the mean of each page's {k} samples" + (
                       f"; pass@{k}: a page counts if any of its {k} samples succeeds (Chen et al. 2021's estimator)"
-                      if k > 1 else "") + ("; greedy: one answer per page" if "greedy" in results else "") + ".\n",
+                      if k > 1 else "") + ("; greedy: one answer per page" if "greedy" in results else "") +
+                  ". The rows `a - b`: paired differences over the "
+                  f"{next(iter(results['paired'].values()))['n'] if results['paired'] else 0} pages both ran.\n",
                   decodings_table(results)]
     elif results["paired"]:
         parts += ["\n## Paired differences in success rate (points; the same pages)\n",

@@ -33,15 +33,17 @@ if [ "$TASKS" = saturated ]; then   # set but empty DEMO_RL_FLAGS: the rl functi
 fi
 OUT=${DEMO_OUT:-runs/demo}
 SIZE=${DEMO_SIZE:-default}
+SAMPLES=$EVAL_SAMPLES                     # samples per held-out page at T = 1 (demo_common.sh)
 INIT=${DEMO_MODEL:-$BASE}
 case "$SIZE" in
-  smoke)   EPISODES=3;  BC_STEPS=2;   RL_STEPS=1;   B=2; G=2; EVAL=1;   NEW=48; BC_BATCH=4; TURNS=2   # 2 tasks
-           if [ -z "${DEMO_TASKS:-}" ]; then TASKS=$(echo "$TASKS" | cut -d, -f1,8); fi ;;   # (one multi-step)
+  smoke)   EPISODES=3;  BC_STEPS=2;   RL_STEPS=1;   B=2; G=2; EVAL=1;   NEW=48; BC_BATCH=4; TURNS=2; SAMPLES=2
+           if [ -z "${DEMO_TASKS:-}" ]; then TASKS=$(echo "$TASKS" | cut -d, -f1,8); fi ;;   # 2 tasks, one multi-step
   default) EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$RL_DEFAULT;       EVAL=50;  NEW=64 ;;
   long)    EPISODES=20; BC_STEPS=$BC_DEFAULT; RL_STEPS=$((2 * RL_DEFAULT)); EVAL=100; NEW=64 ;;
   *) echo "DEMO_SIZE must be smoke, default or long" >&2; exit 2 ;;
 esac
 EPISODES=${DEMO_EPISODES:-$EPISODES}; BC_STEPS=${DEMO_BC_STEPS:-$BC_STEPS}; EVAL=${DEMO_EVAL:-$EVAL}
+SAMPLES=${DEMO_SAMPLES:-$SAMPLES}
 RL_STEPS=${DEMO_RL_STEPS:-$RL_STEPS}; B=${DEMO_B:-$B}; G=${DEMO_G:-$G}
 [ "$SIZE" = smoke ] && RL_FLAGS="$RL_FLAGS --eval-pages 1"      # its in-run check on one page per task
 BC_LR=${DEMO_BC_LR:-1e-3}
@@ -57,13 +59,13 @@ stage "3/4 M-GRPO from the BC checkpoint: $RL_STEPS steps of $B tasks x G=$G $RL
 # shellcheck disable=SC2086  # RL_FLAGS splits into words
 rl "$OUT/bc/hf" "$OUT/rl" "$RL_STEPS" "$NEW" $RL_FLAGS $IN_PLACE
 
-stage "4/4 evaluation on held-out seeds: $EVAL episodes per task (eval.py)"
+stage "4/4 evaluation on held-out pages: $EVAL per task, T = 1 x $SAMPLES samples each, and greedy (eval.py)"
 # shellcheck disable=SC2086  # IN_PLACE: no word, or one
-$PY eval.py --model "base=$INIT,bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
-  --max-new-tokens "$NEW" --max-steps "$((TURNS / 2)),$TURNS" --out "$OUT/eval" $IN_PLACE
+$PY eval.py --model "base=$INIT,bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --samples "$SAMPLES" \
+  --greedy --prompt short --max-new-tokens "$NEW" --max-steps "$TURNS" --concurrency 8 --out "$OUT/eval" $IN_PLACE
 
 stage "done in $(( $(date +%s) - start ))s"
 cat "$OUT/eval/results.md"
 echo
-echo "plots: $OUT/bc/loss.png $OUT/rl/dynamics.png $OUT/eval/test_time_scaling.png"
+echo "plots: $OUT/bc/loss.png $OUT/rl/dynamics.png"
 echo "trajectory viewer: $OUT/eval/viewer/index.html"

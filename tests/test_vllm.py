@@ -110,6 +110,9 @@ def test_generate_and_logprobs_match_hf(engine, served, run):
     sampled = run(engine.generate(prompt, temperature=1.0))
     short = run(engine.generate(prompt, temperature=1.0, max_new_tokens=5))
     greedy = run(engine.generate(prompt, temperature=0.0))
+    seeded = [run(engine.generate(prompt, temperature=1.0, max_new_tokens=24, seed=s)) for s in (5, 5, 6, 7)]
+    assert seeded[0].ids == seeded[1].ids                      # a request's seed fixes its draw (common numbers)
+    assert seeded[0].ids != seeded[2].ids or seeded[0].ids != seeded[3].ids
     assert len(sampled.ids) == len(sampled.logprobs) > 0 and len(short.ids) <= 5
     assert short.finish_reason in ("stop", "length")
     for g in (sampled, short, greedy):          # raw log-probs of the model, whatever the sampling settings

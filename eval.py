@@ -286,13 +286,15 @@ async def run_episodes(runner: Runner, backend, tokenizer, jobs: list[tuple[webe
                        on_record=None, greedy: bool = False) -> list[dict]:
     """Every (task, episode) of one run through rollout.py's episode loop (the one RL trains with), K samples
     each at --temperature (one, greedy, with ``greedy``), ``args.concurrency`` at a time, each in its own
-    browser context; each request seeded by ``noise_base`` (``rollout.request_seed``). Screenshots of the first
-    sample of each page. ``on_record(rec)`` is called as each episode ends (saving it at once); returns the
+    browser context; each request seeded by ``noise_base`` (``rollout.request_seed``). Screenshots of one episode
+    per page: the greedy one with --greedy, else the first sample. ``on_record(rec)`` is called as each episode ends (saving it at once); returns the
     records in job order."""
     cfg = dataclasses.replace(args.episode, prompt=prompt, **({"temperature": 0.0} if greedy else {}))
     decoding = decoding_label(cfg.temperature, cfg.top_p)
     samples = 1 if greedy else args.samples
-    shots = viewer_dir / "shots" / (slug(run) + ("_greedy" if greedy else "")) if viewer_dir is not None else None
+    # screenshots (the viewer's) of one episode per page: the greedy one with --greedy, else the first sample
+    shots = viewer_dir / "shots" / (slug(run) + ("_greedy" if greedy else "")) \
+        if viewer_dir is not None and (greedy or not args.greedy) else None
     rjobs = [Job(task, group=e, screenshot_dir=shots / f"{slug(task.task_id)}_e{e}" if shots and k == 0 else None,
                  noise=noise_base(args, run), sample=k) for task, e in jobs for k in range(samples)]
     stats = {"done": 0, "success": 0}
@@ -488,7 +490,8 @@ def _cell(recs: list[dict]) -> dict[str, Any]:
             "avg_response_tokens": sum(r["response_tokens"] for r in recs) / turns if turns else 0.0,
             "avg_interactions": turns / n if n else 0.0,
             "parse_fail_rate": sum(r["parse_errors"] for r in recs) / turns if turns else 0.0,
-            "env_errors": sum(r["env_errors"] for r in recs)}
+            "env_errors": sum(r["env_errors"] for r in recs),
+            "action_timeouts": sum("timed out" in str(st.get("action_error") or "") for r in recs for st in r["steps"])}
 
 
 def tabulate(records: list[dict], args: Args, budgets: list[int], args_json: dict, seconds: float) -> dict:

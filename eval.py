@@ -287,8 +287,8 @@ async def run_episodes(runner: Runner, backend, tokenizer, jobs: list[tuple[webe
     """Every (task, episode) of one run through rollout.py's episode loop (the one RL trains with), K samples
     each at --temperature (one, greedy, with ``greedy``), ``args.concurrency`` at a time, each in its own
     browser context; each request seeded by ``noise_base`` (``rollout.request_seed``). Screenshots of one episode
-    per page: the greedy one with --greedy, else the first sample. ``on_record(rec)`` is called as each episode ends (saving it at once); returns the
-    records in job order."""
+    per page: the greedy one with --greedy, else the first sample. ``on_record(rec)`` is called as each episode
+    ends (saving it at once); returns the records in job order."""
     cfg = dataclasses.replace(args.episode, prompt=prompt, **({"temperature": 0.0} if greedy else {}))
     decoding = decoding_label(cfg.temperature, cfg.top_p)
     samples = 1 if greedy else args.samples
@@ -779,7 +779,8 @@ def render_viewer(records: list[dict], runs: dict[str, Any], columns: list[str],
     out.append("</table>")
     out.append("<h2>Episodes</h2><label><input type=checkbox id=failonly "
                "onchange=\"document.body.classList.toggle('failonly', this.checked)\"> show failures only</label>"
-               "<table id=index><tr><th>#</th><th>run</th><th>decoding</th><th>task</th><th>seed</th><th>result</th><th>steps</th>"
+               "<table id=index><tr><th>#</th><th>run</th><th>decoding</th><th>task</th><th>seed</th><th>result</th>"
+               "<th>steps</th>"
                "<th>done</th><th>why</th></tr>")
     for k, r in enumerate(records):
         badge = '<span class="badge ok">SUCCESS</span>' if r["success"] else '<span class="badge fail">FAIL</span>'

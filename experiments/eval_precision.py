@@ -20,14 +20,16 @@ def records(d: Path) -> list[dict]:
 
 def main(out: str, scale_to: int = 400) -> None:
     out_dir = Path(out)
-    recs = [r for r in records(out_dir / "common") + records(out_dir / "independent") if r["decoding"] != "greedy"]
+    both = records(out_dir / "common") + records(out_dir / "independent")
+    recs = [r for r in both if r["decoding"] != "greedy"]
     greedy = [r for r in records(out_dir / "common") if r["decoding"] == "greedy"]
     K = max(r["sample"] for r in recs) + 1
     pages = len({(r["task"], r["seed"]) for r in recs})
     f = math.sqrt(pages / scale_to)
     print(f"RL - BC at T = 1 on {pages} validation pages, the first k samples of each page; SE scaled to "
           f"{scale_to} pages in brackets (x {f:.3f})\n")
-    print("| k | BC | RL | RL - BC, common noise | SE | SE at %d | RL - BC, independent | SE | SE at %d |" % (scale_to, scale_to))
+    print(f"| k | BC | RL | RL - BC, common noise | SE | SE at {scale_to} | RL - BC, independent | SE | "
+          f"SE at {scale_to} |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for k in range(1, K + 1):
         mine = [r for r in recs if r["sample"] < k]
@@ -35,8 +37,9 @@ def main(out: str, scale_to: int = 400) -> None:
               for run in ("bc", "rl")}
         c = ev.paired(mine, ["bc", "rl"])["rl - bc"]
         i = ev.paired(mine, ["bc", "rl-indep"])["rl-indep - bc"]
-        print(f"| {k} | {100 * sr['bc']:.1f} | {100 * sr['rl']:.1f} | {100 * c['diff']:+.1f} | {100 * c['stderr']:.2f} | "
-              f"{100 * c['stderr'] * f:.2f} | {100 * i['diff']:+.1f} | {100 * i['stderr']:.2f} | {100 * i['stderr'] * f:.2f} |")
+        print(f"| {k} | {100 * sr['bc']:.1f} | {100 * sr['rl']:.1f} | {100 * c['diff']:+.1f} | "
+              f"{100 * c['stderr']:.2f} | {100 * c['stderr'] * f:.2f} | {100 * i['diff']:+.1f} | "
+              f"{100 * i['stderr']:.2f} | {100 * i['stderr'] * f:.2f} |")
     g = ev.paired(greedy, ["bc", "rl"])["rl - bc"]
     print(f"\nGreedy (one answer per page): RL - BC {100 * g['diff']:+.1f} +- {100 * g['stderr']:.2f} "
           f"({100 * g['stderr'] * f:.2f} at {scale_to} pages), n = {g['n']} pages.")

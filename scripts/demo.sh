@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: the whole WebAgent-R1 pipeline on the embedded default (MiniWoB++ in headless Chromium, a tiny
 # model on the CPU): expert demonstrations -> behavior cloning of the pretrained tiny base -> M-GRPO from the
-# BC checkpoint -> evaluation of the base, BC and BC + M-GRPO on held-out seeds, then one success-rate table
-# with paired differences. (R1-Zero, M-GRPO from the base with this budget, is a stage of `make demo-findings`:
+# BC checkpoint -> evaluation of the base, BC and BC + M-GRPO on held-out pages at the paper's decoding (T = 1,
+# EVAL_SAMPLES samples per page, common random numbers) with greedy and pass@K beside it, then one table with
+# paired differences. (R1-Zero, M-GRPO from the base with this budget, is a stage of `make demo-findings`:
 # it left `make demo` when a second RL run of 2048 trajectories did not fit the demo's 45 minutes.)
 #
 #   DEMO_SIZE=smoke|default|long   (default: default, 25 minutes on a 2-core CPU box, measured from a fresh
@@ -13,15 +14,16 @@
 #   DEMO_OUT=runs/demo             where everything goes
 #   DEMO_MODEL=$BASE               the model BC starts from: assets/tiny-web-base (pretrained on synthetic
 #                                  pages, docs/training.md), or tiny:layers=4,hidden=192 (untrained)
-#   DEMO_EPISODES, DEMO_BC_STEPS, DEMO_BC_LR, DEMO_EVAL, DEMO_RL_STEPS, DEMO_B, DEMO_G, DEMO_RL_FLAGS
-#                                  override the budgets and settings
+#   DEMO_EPISODES, DEMO_BC_STEPS, DEMO_BC_LR, DEMO_EVAL, DEMO_SAMPLES, DEMO_RL_STEPS, DEMO_B, DEMO_G,
+#   DEMO_RL_FLAGS                  override the budgets and settings (DEMO_SAMPLES: samples per held-out page)
 #
 # Settings for this CPU miniature, each fixed on validation pages (seeds 500000..), never on the test seeds
 # (docs/results.md, "Choosing the demo's tasks" and "Issue 32"): 20 demonstrations per task, as in the paper's
 # regime (WebArena-Lite's BC set is small, interaction is plentiful); BC 300 steps at lr 1e-3 (converged: 600
 # steps scored -2.1 +- 3.5 against it); M-GRPO 32 steps of B 8 x G 8 at lr 1e-4 (RL_DEMO_* in
 # demo_common.sh: the budget rule of experiments/demo_budget.sh), T = 1, task rotation, the paper's Eq. 2 weights
-# (the rl function of demo_common.sh); 50 held-out episodes per task.
+# (the rl function of demo_common.sh); 50 held-out pages per task, each EVAL_SAMPLES (2) times at T = 1 and once
+# greedy (experiments/eval_precision.sh: what K buys).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # TASKS, SATURATED_TASKS, MODEL, BASE, RL_DEMO_*, stage, bc, rl

@@ -6,9 +6,9 @@
 # paired differences. (R1-Zero, M-GRPO from the base with this budget, is a stage of `make demo-findings`:
 # it left `make demo` when a second RL run of 2048 trajectories did not fit the demo's 45 minutes.)
 #
-#   DEMO_SIZE=smoke|default|long   (default: default, 25 minutes on a 2-core CPU box, measured from a fresh
-#                                  clone; smoke: a few minutes, on 2 of the tasks; long: twice the RL budget
-#                                  and 100 held-out episodes per task)
+#   DEMO_SIZE=smoke|default|long   (default: default, 52 minutes on a 2-core CPU box, measured from a fresh
+#                                  clone in a slow hour; smoke: a few minutes, on 2 of the tasks; long: twice
+#                                  the RL budget and 100 held-out pages per task)
 #   DEMO_TASKS=saturated           the first demo's 8 tasks, where BC saturates, with that demo's settings
 #                                  (BC 150 steps, M-GRPO 48 steps of B 4 x G 4 at lr 1e-4): docs/results.md
 #   DEMO_OUT=runs/demo             where everything goes

@@ -15,7 +15,8 @@ SATURATED_TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-tex
 RL_DEMO_STEPS=32; RL_DEMO_B=8; RL_DEMO_G=8
 # make demo's evaluation: each held-out page EVAL_SAMPLES times at T = 1 (the paper's decoding) with common random
 # numbers, and greedy beside it. What K buys (experiments/eval_precision.sh, docs/results.md): the paired SE of
-# RL - BC on 400 pages is 2.4 points at K = 1, 1.9 at 2, 1.6 at 4; K = 2 is what the demo's 40 minutes hold
+# RL - BC on 400 pages is 2.4 points at K = 1, 1.9 at 2, 1.6 at 4 (1.5 needs 6); each sample of the three models
+# costs ~10 minutes of this 2-core box: make demo took 52 minutes with K = 2 (a slow hour; docs/results.md)
 EVAL_SAMPLES=2
 RL_DEMO_FLAGS="--lr 1e-4 --warmup-steps 4 --micro-batch 16 --eval-every 8 --eval-pages 3"
 # On these 8 tasks (TASKS) the demo's M-GRPO and evaluation restart each MiniWoB page in place: the same episodes

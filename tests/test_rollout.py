@@ -157,7 +157,7 @@ def test_scripts_embed_one_episode_config_as_plain_flags(capsys):
                                                 "--zero-std", "keep", "--max-turns", "6"])
     assert rl.episode == EpisodeConfig(prompt="short", compress=False, temperature=0.7)
     assert rl.zero_std == "keep" and rl.max_turns == 6
-    assert trainlib.parse_args(ev.Args, []).episode.temperature == 0.0          # evaluation: greedy
+    assert trainlib.parse_args(ev.Args, []).episode.temperature == 1.0          # evaluation: the paper's T = 1
     assert trainlib.args_dict(rl)["temperature"] == 0.7 and "episode" not in trainlib.args_dict(rl)
     for bad in (["--prompt", "verbose"], ["--zero-std", "drop"], ["--backend", "tgi"]):
         with pytest.raises(SystemExit):

@@ -295,8 +295,9 @@ async def run_episodes(runner: Runner, backend, tokenizer, jobs: list[tuple[webe
     # screenshots (the viewer's) of one episode per page: the greedy one with --greedy, else the first sample
     shots = viewer_dir / "shots" / (slug(run) + ("_greedy" if greedy else "")) \
         if viewer_dir is not None and (greedy or not args.greedy) else None
+    noise = noise_base(args, run)
     rjobs = [Job(task, group=e, screenshot_dir=shots / f"{slug(task.task_id)}_e{e}" if shots and k == 0 else None,
-                 noise=noise_base(args, run), sample=k) for task, e in jobs for k in range(samples)]
+                 noise=noise, sample=k) for task, e in jobs for k in range(samples)]
     stats = {"done": 0, "success": 0}
     records: dict[int, dict] = {}   # id(job) -> record
 
@@ -481,11 +482,12 @@ def paired(records: list[dict], runs: list[str], k: int | None = None) -> dict[s
 def _cell(recs: list[dict]) -> dict[str, Any]:
     n = len(recs)
     turns = sum(r["num_steps"] for r in recs)
-    samples = min((len(v) for v in pages_of(recs).values()), default=0)
+    pages = pages_of(recs)
+    samples = min((len(v) for v in pages.values()), default=0)
     return {"success_rate": sum(r["success"] for r in recs) / n if n else 0.0, "n": n,
-            "pages": len(pages_of(recs)), "stderr": stderr(recs) if n else 0.0,
+            "pages": len(pages), "stderr": stderr(recs) if n else 0.0,
             "successes": sum(r["success"] for r in recs),
-            "pass_at": {str(k): {"rate": sum(page_values(recs, k).values()) / len(pages_of(recs)),
+            "pass_at": {str(k): {"rate": sum(pass_at_k(len(v), sum(v), k) for v in pages.values()) / len(pages),
                                  "stderr": stderr(recs, k)} for k in range(1, samples + 1)},
             "avg_response_tokens": sum(r["response_tokens"] for r in recs) / turns if turns else 0.0,
             "avg_interactions": turns / n if n else 0.0,

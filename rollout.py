@@ -2,9 +2,10 @@
 and the runner that drives many episodes over a pool of browser contexts.
 
 - ``rollout(env, backend, tokenizer, task, cfg)``: one episode. Each step renders the history with dynamic
-  context compression (compress.py), generates one response (policy.py) and executes it (env/). Every
-  step is kept as a token-exact ``Sample`` (the prompt ids the policy saw + the ids it generated, never
-  re-tokenized), so M-GRPO scores each action under the context it was generated in.
+  context compression (compress.py), generates one response (a backend: hf_backend.py, vllm_backend.py or
+  policy.OpenAIBackend) and executes it (env/). Every step is kept as a token-exact ``Sample`` (the prompt ids
+  the policy saw + the ids it generated, never re-tokenized), so M-GRPO scores each action under the context it
+  was generated in.
 - ``Runner``: N episodes over at most ``size`` browser contexts of one ``env.BrowserPool``, with one policy
   for what goes wrong. Each of these ends that episode with a recorded reason while the run goes on:
   * a failed reset (the start page does not load, the browser died twice): ``done_reason "reset_failed: ..."``;
@@ -15,7 +16,8 @@ and the runner that drives many episodes over a pool of browser contexts.
   M-GRPO leaves such trajectories out of their group's statistics. A context overflow is the policy's
   own outcome (it spent its context), scored 0 like running out of steps.
 - ``EpisodeConfig``: the prompt and sampling settings of an episode, one small dataclass that each
-  script's ``Args`` embeds (its fields are ordinary flags: ``--temperature``, ``--prompt``, ...).
+  script's ``Args`` embeds (its fields are ordinary flags: ``--temperature``, ``--prompt``, ...); ``EnvConfig``
+  the same for the environment (``--tasks``, ``--rubric``, ``--browser-endpoint``).
 
 Experts (experts.py) run their scripted episodes through the same ``Runner``.
 """
@@ -29,7 +31,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar
 
 from playwright.async_api import Error as PlaywrightError
 
@@ -68,6 +70,35 @@ class EpisodeConfig:
         for this run, e.g. ``WebArenaFamily(rubric=...)``)."""
         mine = [webenv.MiniWoBFamily(in_place=True)] if self.miniwob_in_place else []
         return {"max_obs_chars": self.max_obs_chars, "families": [*families, *mine]}
+
+
+@dataclass
+class EnvConfig:
+    """Which tasks the episodes run, how WebArena-format tasks are scored, and where their browsers run: the
+    environment settings eval.py and train_mgrpo.py share (flags --tasks, --rubric, --browser-endpoint)."""
+    tasks: str = "miniwob:click-button,login-user"
+    """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
+    rubric: Literal["vab", "webarena"] = "vab"
+    """WebArena tasks' evaluator: vab (VisualAgentBench's WebArena-Lite evaluators, the paper's) or webarena
+    (WebArena's original ones); docs/webarena.md, section Rubrics"""
+    browser_endpoint: str = ""
+    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
+    scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);
+    docs/environment.md, section Browsers on other machines"""
+
+    def load_tasks(self) -> list[webenv.Task]:
+        """The tasks, after checking the browser endpoints (a malformed one fails here, its token kept out of
+        logs)."""
+        webenv.browser_endpoints(self.browser_endpoint or None)
+        return webenv.load_tasks(self.tasks)
+
+    def pool(self) -> webenv.BrowserPool:
+        """The browser pool the episodes' contexts come from."""
+        return webenv.BrowserPool(endpoints=self.browser_endpoint or None)
+
+    def families(self) -> list[webenv.TaskFamily]:
+        """The task families' options of this run (for ``EpisodeConfig.env_kwargs``)."""
+        return [webenv.WebArenaFamily(rubric=self.rubric)]
 
 
 # ---- records ----
@@ -296,3 +327,42 @@ async def rollouts(runner: Runner, backend, tokenizer, jobs: Sequence[Job], cfg:
                                        screenshot_dir=job.screenshot_dir, noise=job.noise, sample=job.sample),
         failed, on_done)
 
+
+# ---- what a batch of trajectories did (the metrics of an RL step) ----
+
+def trajectory_stats(trajs: list[Trajectory]) -> dict[str, float]:
+    """What a batch of trajectories did (an RL step's ``rollout/*`` metrics): reward, success, response tokens,
+    turns, unparsable responses per turn, and the environment's failures, counted rather than hidden in the
+    success rate."""
+    n = max(len(trajs), 1)
+    steps = sum(len(t.steps) for t in trajs)
+    return {
+        "rollout/reward": sum(t.reward for t in trajs) / n,
+        "rollout/success_rate": sum(t.reward > 0 for t in trajs) / n,
+        "rollout/response_tokens": sum(sum(s.mask) for t in trajs for s in t.samples) / n,
+        "rollout/num_turns": steps / n,
+        "rollout/parse_fail_rate": sum(t.parse_errors for t in trajs) / max(steps, 1),
+        "rollout/env_errors": float(sum(t.env_error for t in trajs)),
+        "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
+    }
+
+
+def task_counts(trajs: list[Trajectory], tasks: Sequence[webenv.Task]) -> dict[str, float]:
+    """This rank's episodes ("task_n/ID") and successes ("task_ok/ID") of every task of the run, rolled out or
+    not: the same keys on every rank, as trainlib.all_reduce_mean needs."""
+    counts = {f"{k}/{t.task_id}": 0.0 for t in tasks for k in ("task_n", "task_ok")}
+    for t in trajs:
+        counts[f"task_n/{t.task_id}"] += 1
+        counts[f"task_ok/{t.task_id}"] += t.reward > 0
+    return counts
+
+
+def task_success(stats: dict[str, float]) -> dict[str, float]:
+    """``stats`` with task_counts' keys (averaged over ranks) replaced by "rollout/success/ID", the step's success
+    rate of each task it rolled out (dynamics.png plots their moving averages)."""
+    out = {k: v for k, v in stats.items() if not k.startswith(("task_n/", "task_ok/"))}
+    for k, n in stats.items():
+        if k.startswith("task_n/") and n > 0:
+            task_id = k[len("task_n/"):]
+            out[f"rollout/success/{task_id}"] = stats[f"task_ok/{task_id}"] / n
+    return out

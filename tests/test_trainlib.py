@@ -155,7 +155,7 @@ def test_backend_follows_the_models_device_and_waits_longer_than_an_episode(monk
     trainlib.init_distributed()
     assert calls[0]["dist_backend"] == "nccl" and calls[1] == ("set_device", 0)
     timeout = train_mgrpo.Args().episode.episode_timeout
-    assert train_mgrpo.collective_timeout_s(timeout) >= 2 * timeout > 600     # 600 s: DeepSpeed's default
+    assert trainlib.collective_timeout_s(timeout) >= 2 * timeout > 600     # 600 s: DeepSpeed's default
 
 
 def test_tasks_per_step_fits_any_world_size():

@@ -3,7 +3,7 @@
 - ``generate`` and ``logprobs_of`` agree with an HF float32 forward (max |diff| <= 1e-4);
 - a weight push after a real optimizer step moves the engine's log-probs to the new weights' (<= 1e-4), with
   tied and untied embeddings, in chunks smaller than the model, and a push that misses a weight raises;
-- train_mgrpo's sync probe on a sample that fills ``max_model_len``;
+- the weight-sync probe (vllm_backend.probe_sample) on a sample that fills ``max_model_len``;
 - shutdown leaves no engine process behind, after ``aclose()`` and after Ctrl-C (after SIGKILL: the resumed trainer
   of tests/test_train_mgrpo_vllm.py); the engine of local rank 1 starts seeing only rank 1's entry of
   CUDA_VISIBLE_DEVICES (its processes' environment, read from /proc).
@@ -20,11 +20,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 
 import pytest
 import torch
 
+import hf_backend
 import policy
 import vllm_backend
 from processes import outliving, read_until
@@ -116,28 +116,29 @@ def test_generate_and_logprobs_match_hf(engine, served, run):
     assert len(sampled.ids) == len(sampled.logprobs) > 0 and len(short.ids) <= 5
     assert short.finish_reason in ("stop", "length")
     for g in (sampled, short, greedy):          # raw log-probs of the model, whatever the sampling settings
-        assert _maxdiff(g.logprobs, policy.model_logprobs(model, prompt, g.ids)) <= TOL
-    assert _maxdiff(run(engine.logprobs_of(prompt, sampled.ids)), policy.model_logprobs(model, prompt, sampled.ids)) <= TOL
+        assert _maxdiff(g.logprobs, hf_backend.model_logprobs(model, prompt, g.ids)) <= TOL
+    assert _maxdiff(run(engine.logprobs_of(prompt, sampled.ids)),
+                    hf_backend.model_logprobs(model, prompt, sampled.ids)) <= TOL
     with torch.no_grad():                        # greedy = HF's argmax decoding
         hf = model.generate(torch.tensor([prompt]), max_new_tokens=len(greedy.ids), do_sample=False,
                             eos_token_id=None)[0, len(prompt):].tolist()
     assert greedy.ids == hf[:len(greedy.ids)]
     params = engine.sampling_params(temperature=0.7, top_p=0.9, max_new_tokens=3)
     assert (params.temperature, params.top_p, params.max_tokens, params.logprobs, params.n) == (0.7, 0.9, 3, 0, 1)
-    assert params.stop_token_ids == policy.end_of_turn_ids(tok)
+    assert params.stop_token_ids == hf_backend.end_of_turn_ids(tok)
 
 
 def _check_push(run, backend, model, tok, *, chunk_bytes: int) -> dict:
     trainer = _stepped(model, tok)
     prompt = _prompt(tok)
     target = run(backend.generate(prompt, temperature=1.0)).ids
-    new = policy.model_logprobs(trainer, prompt, target)
+    new = hf_backend.model_logprobs(trainer, prompt, target)
     before = run(backend.logprobs_of(prompt, target))
     assert _maxdiff(before, new) > 1e-2                       # the step moved the model: the probe tells them apart
     stats = run(vllm_backend.push_weights_to_vllm(backend, trainer, chunk_bytes=chunk_bytes), timeout=120)
     assert _maxdiff(run(backend.logprobs_of(prompt, target)), new) <= TOL
     gen = run(backend.generate(prompt, temperature=1.0))     # sampling uses the new weights too
-    assert _maxdiff(gen.logprobs, policy.model_logprobs(trainer, prompt, gen.ids)) <= TOL
+    assert _maxdiff(gen.logprobs, hf_backend.model_logprobs(trainer, prompt, gen.ids)) <= TOL
     assert stats["params"] == len(list(trainer.named_parameters()))
     assert stats["bytes"] == sum(p.numel() * p.element_size() for p in trainer.parameters())
     return stats
@@ -169,8 +170,7 @@ def test_no_sleep_mode_on_the_cpu(engine, served, run):
 
 
 def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):
-    import train_mgrpo
-    from rollout import Sample, Trajectory
+    from rollout import Sample
     _, model, tok = served
     trainer = _stepped(model, tok)
     run(vllm_backend.push_weights_to_vllm(engine, trainer), timeout=120)
@@ -178,22 +178,19 @@ def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):
     full = prompt + run(engine.generate(prompt, temperature=1.0, max_new_tokens=12)).ids
     full = (full + [tok.pad_token_id] * MAX_LEN)[:MAX_LEN]             # exactly max_model_len tokens
     sample = Sample(full, [0] * len(prompt) + [1] * (MAX_LEN - len(prompt)))
-    args = types.SimpleNamespace(sync_warn=0.1)
-    traj = Trajectory(group=0, task_id="t", seed=0, samples=[sample])
-    probe = train_mgrpo.sync_probe_sample([traj], engine)
+    probe = vllm_backend.probe_sample([sample], engine)
     assert len(probe.ids) == MAX_LEN - 1                                # room for the one token vLLM samples
-    stats = run(vllm_backend.probe_sync(engine, trainer, probe, args))
+    stats = run(vllm_backend.probe_sync(engine, trainer, probe))
     assert 0.0 < stats["sync/mean_logprob_diff"] <= stats["sync/max_logprob_diff"] <= TOL
     shorter = Sample(full[:100], [0] * 90 + [1] * 10)                  # the shortest sample is the probe
-    assert train_mgrpo.sync_probe_sample([traj, Trajectory(group=1, task_id="t", seed=1, samples=[shorter])],
-                                         engine).ids == full[:100]
+    assert vllm_backend.probe_sample([sample, shorter], engine).ids == full[:100]
     with pytest.raises(ValueError, match="max_model_len"):
         run(engine.logprobs_of(full[:-1], full[-1:]))
 
 
 def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, caplog):
     """The bf16-proof sync check on the real engine. An update small enough that the engine's and trainer's
-    log-probs differ by less than --sync-warn even when the push never happened (what bf16's ~0.03-nat kernel
+    log-probs differ by less than SYNC_WARN even when the push never happened (what bf16's ~0.03-nat kernel
     noise does to any update at the paper's lr 1e-6): the difference check passes the stale engine, the shift
     check catches it (the engine's log-probs did not move while the trainer's did), and passes a real push."""
     import logging
@@ -203,7 +200,6 @@ def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, cap
     prompt = _prompt(tok)
     target = run(engine.generate(prompt, temperature=1.0)).ids
     probe = Sample(prompt + target, [0] * len(prompt) + [1] * len(target))
-    args = types.SimpleNamespace(sync_warn=0.1)
     trainer = _stepped(model, tok, lr=1e-4)                           # the update
     for pushed in (False, True):
         before = run(vllm_backend.score_probe(engine, model, probe))
@@ -211,8 +207,8 @@ def test_sync_shift_catches_a_push_that_changed_nothing(engine, served, run, cap
             run(vllm_backend.push_weights_to_vllm(engine, trainer), timeout=120)
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            stats = run(vllm_backend.probe_sync(engine, trainer, probe, args, before))
-        assert stats["sync/mean_logprob_diff"] < args.sync_warn and stats["sync/trainer_shift"] > 1e-4, stats
+            stats = run(vllm_backend.probe_sync(engine, trainer, probe, before))
+        assert stats["sync/mean_logprob_diff"] < vllm_backend.SYNC_WARN and stats["sync/trainer_shift"] > 1e-4, stats
         if pushed:
             assert 0.99 <= stats["sync/shift_ratio"] <= 1.01 and "FAILED" not in caplog.text, stats
         else:
@@ -265,7 +261,7 @@ def _run_parent(script: str, args: list[str], tmp_path, marks: tuple[str, ...], 
 _ZERO3_REAL_PUSH = _REPORT + textwrap.dedent(r"""
     import asyncio, json, sys
     sys.path.insert(0, sys.argv[1])
-    import torch, deepspeed, policy, trainlib, vllm_backend
+    import torch, deepspeed, hf_backend, policy, trainlib, vllm_backend
 
     async def main():
         path = sys.argv[2]
@@ -285,7 +281,7 @@ _ZERO3_REAL_PUSH = _REPORT + textwrap.dedent(r"""
         stats = await vllm_backend.push_weights_to_vllm(backend, ds.module, chunk_bytes=1 << 16)
         after = torch.tensor(await backend.logprobs_of(prompt, target))
         with torch.no_grad():
-            trainer = torch.tensor(policy.model_logprobs(ds.module, prompt, target))
+            trainer = torch.tensor(hf_backend.model_logprobs(ds.module, prompt, target))
         print("RESULT " + json.dumps({"partitioned": partitioned, "stats": stats,
                                       "tied": model.config.tie_word_embeddings,
                                       "before": float((before - trainer).abs().max()),

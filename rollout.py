@@ -287,7 +287,7 @@ class Runner:
             task = getattr(job, "task", job)   # a rollout Job, or a bare Task (experts)
             env = None
             try:
-                # what the episode needs to itself (a site replica: webarena.SitePool), waited for before it
+                # what the episode needs to itself (a site replica: env.SitePool), waited for before it
                 # takes a context and outside its time limit, given back however it ends; the callbacks get the
                 # job as given, the episode the job on its lease
                 async with webenv.family_of(task).lease(task) if isinstance(task, webenv.Task) \

@@ -12,9 +12,11 @@ agent's env, the action grammar, the task interface and all three task families,
   the observation's extractor in observation.js): ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``,
   ``find_chromium``, ``start_browser_server``.
 - The task families, each registering itself on import: miniwob.py, MiniWoB++ (the embedded default):
-  ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE``; webarena.py, WebArena / WebArena-Lite (configs,
-  rubrics, helpers, logins, site replicas): ``evaluate``, ``load_webarena_tasks``, ``webarena_login``,
-  ``SitePool``, ...; sitesuite.py, the WebArena-format shop + forum served here: ``SuiteFamily``.
+  ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE``; webarena.py, WebArena / WebArena-Lite (configs
+  and the family: ``load_webarena_tasks``, ``WebArenaFamily``), with its rubrics in webarena_rubrics.py
+  (``evaluate``, ...), its helpers and logins in webarena_helpers.py (``webarena_login``, ...) and its site
+  replicas in webarena_sites.py (``SitePool``, ...); sitesuite.py, the WebArena-format shop + forum served here:
+  ``SuiteFamily``.
 Every name listed is also ``env.<name>``, and each module ``env.<module>``.
 
 Dependencies flow one way, in the order above: tasks uses sandbox's host_entry, actions uses compress.py's
@@ -46,10 +48,12 @@ from .sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy,
 from .sitesuite import SuiteFamily
 from .tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, VALID_SEEDS, EpisodeCrash, EpisodeStatus, Task, TaskEnv,
                     TaskFamily, family_of, first_line, load_tasks, redact, register_family)
-from .webarena import (EVAL_TYPES, LOGIN_SITES, RUBRICS, WEBARENA_ACCOUNTS, WEBARENA_HELPERS, WEBARENA_SITES,
-                       SitePool, WebArenaFamily, check_login_alive, check_storage_state, evaluate,
-                       load_webarena_tasks, login_files, site_pool, substitute_placeholders, url_matches,
-                       webarena_login, webarena_site_url, webarena_task, word_tokenize)
+from .webarena import EVAL_TYPES, WebArenaFamily, load_webarena_tasks, webarena_task
+from .webarena_helpers import (LOGIN_SITES, WEBARENA_ACCOUNTS, WEBARENA_HELPERS, WEBARENA_SITES, check_login_alive,
+                               check_storage_state, login_files, substitute_placeholders, webarena_login,
+                               webarena_site_url)
+from .webarena_rubrics import RUBRICS, evaluate, url_matches, word_tokenize
+from .webarena_sites import SitePool, site_pool
 
 __all__ = [  # the package's public names: every one is also env.<name>
     "miniwob", "sitesuite", "webarena", "ACTION_NAMES", "NEEDS_ARGUMENT", "NEEDS_ELEMENT", "OPTIONAL_ELEMENT",

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import sys
 
-from . import sitesuite, webarena
+from . import sitesuite, webarena_helpers
 from .browser import BrowserPool
 from .tasks import load_tasks
 
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     if argv[:1] == ["login"]:
-        webarena._login_cli(argv[1:])
+        webarena_helpers._login_cli(argv[1:])
         return 0
     if argv[:1] == ["suite"]:
         return sitesuite.main(argv[1:])

@@ -6,8 +6,8 @@ listener per context): every connection of a context goes through it, and it ref
 before a name is resolved or a connection opened, which catches what the router never sees (redirect hops,
 workers, preconnects). Chromium resolves no name itself (``browser.LAUNCH_ARGS``); WebRTC is removed and
 service-worker registration refused in every frame (``NO_WEBRTC_JS``, ``NO_SERVICE_WORKER_JS``); downloads
-are off. The program_html probe and the logins of webarena.py get contexts with the same proxy
-(``new_proxied_context``).
+are off. The program_html probe (webarena_rubrics.py) and the logins (webarena_helpers.py) get contexts with
+the same proxy (``new_proxied_context``).
 
 - Allow-list entries: "host:port", a bare "host" (any port), or "file" (file:// URLs): ``host_entry(url)``,
   ``origin_allowed``, ``url_allowed``, ``outside_hosts_re``.

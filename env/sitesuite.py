@@ -71,7 +71,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import webarena
+from . import webarena, webarena_rubrics
 from .tasks import DEMO_SEEDS, EVAL_SEEDS, Task, TaskEnv, register_family
 
 log = logging.getLogger("webagent.sitesuite")
@@ -607,7 +607,7 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "POST":
                 self._send(Response(405, "POST to reset"))
                 return
-            self.server.sandboxes.reset()          # a replica's reset (webarena.SitePool), as a restart would
+            self.server.sandboxes.reset()          # a replica's reset (webarena_sites.SitePool), as a restart would
             log.info("reset to the world of seed %d (reset #%d)", self.server.sandboxes.shared_seed,
                      self.server.sandboxes.resets)
             self._send(Response(200, "reset"))
@@ -667,7 +667,7 @@ class SuiteServer:
 
     ``shared_seed``: the shared-state mode. One database, the world of that seed, for every visitor, as a real
     WebArena site has (episodes can then corrupt each other's rewards), reset to that world by ``POST
-    /__reset``: what several replicas of a site leased per trajectory need (``webarena.SitePool``)."""
+    /__reset``: what several replicas of a site leased per trajectory need (``webarena_sites.SitePool``)."""
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", max_sandboxes: int = 512,
                  shared_seed: int | None = None) -> None:
@@ -1008,8 +1008,8 @@ class SuiteFamily(webarena.WebArenaFamily):
         wa = env.families.get("webarena")
         if env.families.get(self.name) is not self and isinstance(wa, webarena.WebArenaFamily):
             fam = wa
-        return float(await webarena.evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
-                                           rubric=fam.rubric, details=info.setdefault("eval", {})))
+        return float(await webarena_rubrics.evaluate(task, page, message, judge=env.judge, helpers=env.helpers,
+                                                   rubric=fam.rubric, details=info.setdefault("eval", {})))
 
     def changes_state(self, task: Task) -> bool:
         """As WebArena's: a program_html check in the concrete config of the episode's seed."""
@@ -1033,7 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=3, help="seeds per family for --configs")
     ap.add_argument("--shared", type=int, default=None, metavar="SEED",
                     help="shared-state mode: one database (the world of SEED) for everyone, reset by POST /__reset "
-                         "(a replica for webarena.SitePool; --configs then writes that seed's configs)")
+                         "(a replica for webarena_sites.SitePool; --configs then writes that seed's configs)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.configs:

@@ -108,7 +108,10 @@ DOCUMENTED = {
     "env.browser": "BrowserPool WebEnv Observation StepResult find_chromium start_browser_server MAX_OBS_CHARS",
     "env.sandbox": "host_entry url_allowed proxy_settings",
     "env.miniwob": "MiniWoBFamily miniwob_task MINIWOB_UNSOLVABLE",
-    "env.webarena": "evaluate load_webarena_tasks webarena_login WebArenaFamily SitePool",
+    "env.webarena": "load_webarena_tasks WebArenaFamily",
+    "env.webarena_rubrics": "evaluate",
+    "env.webarena_helpers": "webarena_login",
+    "env.webarena_sites": "SitePool",
     "env.sitesuite": "SuiteFamily",
 }
 
@@ -204,3 +207,22 @@ def test_one_mgrpo_step_reads_on_a_few_screens():
                 and n is not train]
     assert len(source("policy").read_text(encoding="utf-8").splitlines()) <= 700
     assert len((ROOT / "docs" / "results.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_the_walk_of_one_mgrpo_step_in_the_docs_matches_the_code():
+    """docs/training.md's "One M-GRPO step, function by function": each row's line span is that function's (or
+    class's, or method's) span in the code today, and the stated total is their sum."""
+    text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    section = text.split("### One M-GRPO step, function by function", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `([\w/.]+)` \| `([\w.]+)` \| (\d+)-(\d+) \| (\d+) \|$", section, re.MULTILINE)
+    assert len(rows) >= 20, rows
+    for path, name, first, last, count in rows:
+        body = ast.parse((ROOT / path).read_text(encoding="utf-8")).body
+        for part in name.split("."):
+            node = next(n for n in body if getattr(n, "name", None) == part)
+            body = getattr(node, "body", [])
+        start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+        assert (int(first), int(last), int(count)) == (start, node.end_lineno, node.end_lineno - start + 1), \
+            (path, name, start, node.end_lineno)
+    total = sum(int(r[4]) for r in rows)
+    assert f"{total} lines in {len({r[0] for r in rows})} files" in section.replace("\n", " ")

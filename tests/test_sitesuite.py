@@ -249,7 +249,7 @@ def test_experts_over_100_held_out_seeds():
     assert all(ok >= 0.95 * n for ok, n in rates.values()), rates
 
 
-# ---- shared-state replicas leased per trajectory (webarena.SitePool) ----
+# ---- shared-state replicas leased per trajectory (webarena_sites.SitePool) ----
 
 def _location_seed() -> int:
     """A held-out seed whose edit-profile task is "set the location to TARGET" (scored by program_html)."""

@@ -30,7 +30,8 @@ import pytest
 
 import env
 import webarena_sites
-from env import webarena
+from env import webarena, webarena_helpers
+from env.webarena_sites import SitePool, rehost      # (the webarena_sites above: tests' stand-in site)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -1021,7 +1022,7 @@ def test_webarena_login_accounts_and_failures(site, tmp_path, pool, run, monkeyp
                                            r"went to .*/customer/account/login/"):
         run(env.webarena_login(["shopping"], str(tmp_path), pool=pool,
                                accounts={"shopping": {"username": "emma.lopez@gmail.com", "password": "x"}}))
-    monkeypatch.setattr(webarena, "NAV_TIMEOUT_MS", 1000)
+    monkeypatch.setattr(webarena_helpers, "NAV_TIMEOUT_MS", 1000)
     monkeypatch.setenv("WA_GITLAB", site.url + "/nowhere")
     with pytest.raises(RuntimeError, match=r"gitlab: cannot sign in at .*/nowhere/users/sign_in: .*username-field"):
         run(env.webarena_login(["gitlab"], str(tmp_path), pool=pool))
@@ -1036,7 +1037,7 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
     instead of scoring 0. The check (a signed-in-only page per site, as auto_login's is_expired, with the
     account the file signed in as) runs once per file per process, again when the file is rewritten."""
     all_sites(site, monkeypatch)
-    monkeypatch.setattr(webarena, "_LOGIN_CHECKS", {})
+    monkeypatch.setattr(webarena_helpers, "_LOGIN_CHECKS", {})
     auth = tmp_path / "auth"
     bob = {"reddit": {"username": "bob", "password": "builder"}}
     run(env.webarena_login(["reddit", "gitlab"], str(auth), pool=pool, accounts=bob))
@@ -1044,9 +1045,9 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
     tasks = load(tmp_path, [config(task_id=i, sites=["gitlab", "reddit"], require_login=True, storage_state=state,
                                    start_url="__REDDIT__/user/bob/account") for i in range(2)])
     calls = []
-    real = webarena._signed_in
-    monkeypatch.setattr(webarena, "_signed_in", lambda page, s, account: calls.append((s, account["username"])) or
-                        real(page, s, account))
+    real = webarena_helpers._signed_in
+    monkeypatch.setattr(webarena_helpers, "_signed_in",
+                        lambda page, s, account: calls.append((s, account["username"])) or real(page, s, account))
 
     async def reset(task):
         e = await pool.new_env()
@@ -1057,7 +1058,7 @@ def test_a_stale_login_fails_at_reset_with_the_command_that_renews_it(site, tmp_
     assert "Delete" in run(reset(tasks[0])) and "Delete" in run(reset(tasks[1]))
     assert calls == [("gitlab", "byteblaze"), ("reddit", "bob")]          # once for the file, bob's account
     site.reset()                                                            # every session is dropped
-    monkeypatch.setattr(webarena, "_LOGIN_CHECKS", {})                           # a new run
+    monkeypatch.setattr(webarena_helpers, "_LOGIN_CHECKS", {})              # a new run
     with pytest.raises(ValueError, match=re.escape(
             f"task 0 (gitlab+reddit): storage_state {state}: the login no longer holds (gitlab: ") + ".*" + re.escape(
             f"renew it with python -m env login --sites gitlab,reddit --out {auth}")):
@@ -1181,7 +1182,7 @@ def test_program_html_probe_reaches_only_the_tasks_hosts(run, pool, tmp_path):
             srv.shutdown()
 
 
-# ---- site replicas (webarena.SitePool): URLs moved per lease, the pool from the environment, its resets ----
+# ---- site replicas (env.webarena_sites.SitePool): URLs moved per lease, the pool from the environment, its resets ----
 
 def test_rehost_moves_every_url_of_the_site_and_nothing_else():
     raw = {"task_id": 1, "sites": ["gitlab"], "intent": "x", "start_url": "http://h:802/a |AND| http://h:8023/",
@@ -1192,30 +1193,30 @@ def test_rehost_moves_every_url_of_the_site_and_nothing_else():
                                       "required_contents": {"must_include": ["http://h:802/c"]}}]}}
     task = webarena.webarena_task(raw)
     assert task.require_reset
-    moved = webarena.rehost(task, {"http://h:802": "http://h:902"})
+    moved = rehost(task, {"http://h:802": "http://h:902"})
     assert moved.start_url == "http://h:902/a |AND| http://h:8023/"        # another port is another site
     assert moved.eval["reference_url"] == "http://h:902/b?q=1"
     assert moved.eval["program_html"][0]["url"] == "http://h:902"
     assert moved.eval["program_html"][0]["required_contents"]["must_include"] == ["http://h:902/c"]
     assert "h:902" in moved.allowed_hosts and "h:802" not in moved.allowed_hosts and "h:8023" in moved.allowed_hosts
-    assert webarena.rehost(task, {"http://h:802": "http://h:802"}) is task
+    assert rehost(task, {"http://h:802": "http://h:802"}) is task
 
 
 def test_site_pool_from_the_environment():
-    assert webarena.SitePool.from_env({"WA_GITLAB": "http://h:1"}) is None          # no reset: no pool
+    assert SitePool.from_env({"WA_GITLAB": "http://h:1"}) is None          # no reset: no pool
     with pytest.raises(ValueError, match="WA_GITLAB lists 2 replicas but WA_GITLAB_RESET is not set"):
-        webarena.SitePool.from_env({"WA_GITLAB": "http://h:1 http://h:2"})
+        SitePool.from_env({"WA_GITLAB": "http://h:1 http://h:2"})
     with pytest.raises(ValueError, match="lists 1 replica.s. for 2 rank"):
-        webarena.SitePool.from_env({"WA_GITLAB": "http://h:1", "WA_GITLAB_RESET": "true", "WORLD_SIZE": "2"})
+        SitePool.from_env({"WA_GITLAB": "http://h:1", "WA_GITLAB_RESET": "true", "WORLD_SIZE": "2"})
     environ = {"WA_GITLAB": "http://h:1/, http://h:2 http://h:3 http://h:4", "WA_GITLAB_RESET": "true",
                "WA_EXTRA_ORIGINS": "http://m:1,http://m:2", "RANK": "1", "WORLD_SIZE": "2"}
-    pool = webarena.SitePool.from_env(environ)
+    pool = SitePool.from_env(environ)
     assert [r.url for r in pool.replicas["gitlab"]] == ["http://h:2", "http://h:4"]   # rank 1 of 2: its own
     assert [r.index for r in pool.replicas["gitlab"]] == [1, 3]                      # {index}: the full list's
     assert pool.home == {"gitlab": "http://h:1"} and not pool.exclusive              # where tasks were loaded
-    assert webarena.SitePool.from_env({**environ, "WA_LEASE": "exclusive"}).exclusive
+    assert SitePool.from_env({**environ, "WA_LEASE": "exclusive"}).exclusive
     with pytest.raises(ValueError, match="WA_GITLAB_RESET: No closing quotation"):
-        webarena.SitePool.from_env({"WA_GITLAB": "http://h:1", "WA_GITLAB_RESET": "docker restart 'gitlab"})
+        SitePool.from_env({"WA_GITLAB": "http://h:1", "WA_GITLAB_RESET": "docker restart 'gitlab"})
 
 
 def test_site_pool_leases_resets_and_gives_up_on_a_replica_that_cannot_be_reset(tmp_path):
@@ -1224,10 +1225,10 @@ def test_site_pool_leases_resets_and_gives_up_on_a_replica_that_cannot_be_reset(
     task = env.Task("t", "gitlab", "x", "http://h:1/start", eval={"eval_types": ["program_html"]})
 
     async def scenario():
-        pool = webarena.SitePool({"gitlab": ["http://h:1", "http://h:2"]}, {"gitlab": ok}, retry_delay_s=0.01)
+        pool = SitePool({"gitlab": ["http://h:1", "http://h:2"]}, {"gitlab": ok}, retry_delay_s=0.01)
         async with pool.lease(task, writes=True) as a, pool.lease(task, writes=True) as b:
             assert {a.start_url, b.start_url} == {"http://h:1/start", "http://h:2/start"}
-            assert webarena.webarena_site_url("GITLAB") == b.start_url.removesuffix("/start")   # the helpers' URL
+            assert env.webarena_site_url("GITLAB") == b.start_url.removesuffix("/start")   # the helpers' URL
             waiting = asyncio.ensure_future(pool.lease(task, writes=True).__aenter__())
             await asyncio.sleep(0.3)
             assert not waiting.done()                            # a third writer waits for a replica ...
@@ -1244,13 +1245,13 @@ def test_site_pool_leases_resets_and_gives_up_on_a_replica_that_cannot_be_reset(
         stats = pool.take_stats()
         assert stats["leases"] == 6 and stats["wait_s"] > 0.2
 
-        broken = webarena.SitePool({"gitlab": ["http://h:1"]}, {"gitlab": f"{sys.executable} -c 'exit(3)'"},
-                                   retry_delay_s=0.01)
+        broken = SitePool({"gitlab": ["http://h:1"]}, {"gitlab": f"{sys.executable} -c 'exit(3)'"},
+                          retry_delay_s=0.01)
         with pytest.raises(env.EpisodeCrash, match="every replica failed its reset"):
             async with broken.lease(task, writes=True):
                 pass
-        malformed = webarena.SitePool({"gitlab": ["http://h:1"]}, {"gitlab": "http://h:99999999/reset"},
-                                      retry_delay_s=0.01)         # any error of a reset is a failed try
+        malformed = SitePool({"gitlab": ["http://h:1"]}, {"gitlab": "http://h:99999999/reset"},
+                             retry_delay_s=0.01)                  # any error of a reset is a failed try
         with pytest.raises(env.EpisodeCrash, match="every replica failed its reset"):
             async with malformed.lease(task, writes=False):
                 pass

@@ -396,7 +396,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = urllib.parse.urlsplit(self.path).path.rstrip("/")
-        if path == "/__reset":               # a replica's reset (webarena.SitePool): users back, sessions gone
+        if path == "/__reset":      # a replica's reset (env.webarena_sites.SitePool): users back, sessions gone
             self.site.reset()
             return self._send(200, "reset", ctype="text/plain")
         if path == "/rest/default/V1/integration/admin/token":     # JSON body, not a form

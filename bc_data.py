@@ -154,12 +154,13 @@ def sharegpt_steps(rec: dict, webrl_render: str = "verbatim", name: str | None =
 
 
 def records_to_steps(records: list[dict], prompt: str, webrl_render: str = "verbatim",
-                     names: list[str] | None = None) -> list[Step]:
-    """Every record's samples; ``names[i]`` (from ``load_records``) names record i in errors."""
+                     names: list[str] | None = None, only_successes: bool = True) -> list[Step]:
+    """Every record's samples; ``names[i]`` (from ``load_records``) names record i in errors. ``only_successes``:
+    an experts.py trajectory is cloned only if it succeeded (reward > 0); False clones failed ones too."""
     steps = []
     for i, rec in enumerate(records):
         if "steps" in rec:
-            if rec.get("reward", 1.0) > 0:      # only successful demonstrations are cloned
+            if rec.get("reward", 1.0) > 0 or not only_successes:
                 steps += trajectory_steps(rec, prompt)
         else:
             name = names[i] if names else f"record {i}"

@@ -77,6 +77,7 @@ import asyncio
 import bisect
 import collections
 import dataclasses
+import hashlib
 import html
 import json
 import logging
@@ -89,9 +90,9 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
 import env as webenv
-from compress import PromptKind, format_response   # the response format lives in compress.py
+from compress import PromptKind, format_response, split_response   # the response format lives in compress.py
 from env import sitesuite   # the site suite: its account and family name (env registers the family)
-from env.actions import Action, format_action   # the action grammar
+from env.actions import Action, format_action, parse_action   # the action grammar
 from rollout import Runner
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
@@ -237,7 +238,11 @@ class Demo:
             thought = long_thought(self.intent, self.obs.text, action, what, key=f"{self.key}/{len(self.steps)}")
             if self.prompt in ("plain", "short_plain"):      # the plain format's thought is "#" comment lines
                 thought = re.sub(r"^(?!#)", "# ", thought, flags=re.M)
-        response = format_response(thought, format_action(action), prompt=self.prompt)
+        await self.send(format_response(thought, format_action(action), prompt=self.prompt))
+
+    async def send(self, response: str, refused_ok: bool = False) -> None:
+        """Send a response (written by ``act``, or replayed) through env.step and record the step; an action the
+        env refuses (its error shown with the next observation) stops the demonstration unless ``refused_ok``."""
         result = await self.env.step(response)
         self.steps.append({"observation": self.obs.text, "error": self.obs.error, "url": self.obs.url,
                            "response": response})
@@ -245,8 +250,8 @@ class Demo:
         if result.done:
             self.done_reason = result.info.get("done_reason")
             raise EpisodeOver()
-        if result.info.get("error"):
-            raise ExpertError(f"env rejected {format_action(action)}: {result.info['error']}")
+        if result.info.get("error") and not refused_ok:
+            raise ExpertError(f"env rejected {split_response(response)[1]}: {result.info['error']}")
 
     async def click(self, target, what: str) -> None:
         await self.act(Action("Click", element=await self.label(target, what)), what)
@@ -956,6 +961,79 @@ async def suite_log_out(d: Demo) -> None:
     await _answer(d, "done", "none; I am logged out, so the task is done")
 
 
+# ---- imperfect demonstrators: a demonstrator's mistakes and detours, at fixed rates ----
+
+@dataclass(frozen=True)
+class Quality:
+    """How often the demonstrator errs, one imperfection at most per episode, each drawn from a hash of (task,
+    seed, kind), so the same flags write the same data. ``mistake``: the fraction of episodes with a mistake
+    that fails them (kind a), half of them the decisive last action on another element of the observation
+    (``wrong-element``), half that action taken before the steps that prepare it (``early-submit``; one-step
+    episodes take the first); an unfiltered log keeps them. ``detour``: the fraction with a detour (kind b): a
+    Scroll Down and a Scroll Up inserted before a random step, two interactions of the budget spent looking
+    around (on a page that does not scroll, the env answers that it is already at the bottom / top); filtering
+    by success cannot remove it. The kinds exclude each other (mistake + detour <= 1). Both 0:
+    the clean demonstrator."""
+    mistake: float = 0.0
+    detour: float = 0.0
+
+    def draw(self, key: str) -> tuple[str | None, random.Random]:
+        """The imperfection of the episode ``key`` ("task_id/seed"): None, "wrong-element", "early-submit" or
+        "detour", and the generator of its choices (which element, which step)."""
+        rng = random.Random(hashlib.blake2b(key.encode(), digest_size=8).hexdigest())
+        u, half = rng.random(), rng.random() < 0.5
+        if u < self.mistake:
+            return ("wrong-element" if half else "early-submit"), rng
+        return ("detour" if u < self.mistake + self.detour else None), rng
+
+
+_SCROLL_DETOUR = ((Action("Scroll Down"), "none; look further down the page first"),
+                  (Action("Scroll Up"), "none; back up to where I was"))
+
+
+def _wrong_element(obs_text: str, action: Action, rng: random.Random) -> Action:
+    """``action`` on another element of the observation, of the same kind where there is one (a plausible
+    slip: the neighbouring button, the other link); ``action`` itself when the observation has no other."""
+    shown = observed_elements(obs_text)
+    kind = shown.get(action.element, "").split(" ", 1)[0]
+    others = sorted(e for e in shown if e != action.element)
+    same = [e for e in others if shown[e].split(" ", 1)[0] == kind]
+    return dataclasses.replace(action, element=rng.choice(same or others)) if others else action
+
+
+async def replay_imperfect(env, task, clean: dict, kind: str, rng: random.Random, prompt: str) -> tuple[dict, str | None]:
+    """The clean demonstration ``clean`` of ``task`` sent again, response by response, on a fresh episode of the
+    same page, with the imperfection ``kind`` (``Quality.draw``); the steps are recorded from the live pages, as
+    ``demonstrate`` records them. Returns (record with ``"imperfection": kind``, failure reason or None)."""
+    responses = [s["response"] for s in clean["steps"]]
+    last = parse_action(responses[-1])
+    if kind == "early-submit":
+        responses = responses[:rng.randrange(max(len(responses) - 1, 1))] + [responses[-1]]
+    demo = Demo(env, await env.reset(task), prompt=prompt, key=f"{task.task_id}/{task.seed}")
+    detour_at = rng.randrange(len(responses)) if kind == "detour" else -1
+    reason = None
+    try:
+        for j, response in enumerate(responses):
+            if j == detour_at:
+                for action, what in _SCROLL_DETOUR:    # (on a page that does not scroll the env says so: spent)
+                    await demo.send(format_response(f"# Element: {what}", format_action(action), prompt=prompt),
+                                    refused_ok=True)
+            if j == len(responses) - 1 and kind == "wrong-element" and last.element is not None:
+                wrong = _wrong_element(demo.obs.text, last, rng)
+                await demo.act(wrong, observed_elements(demo.obs.text).get(wrong.element, "another element"))
+            else:
+                await demo.send(response)
+        reason = "replay finished but the episode did not end"
+    except EpisodeOver:
+        if demo.reward <= 0:
+            reason = f"{kind}: episode ended without reward ({demo.done_reason})"
+    except ExpertError as e:
+        reason = f"{kind}: {e}"
+    except PlaywrightError as e:
+        reason = f"page: {webenv.first_line(e)}"
+    return {**clean, "reward": demo.reward, "steps": demo.steps, "imperfection": kind}, reason
+
+
 # ---- driver ----
 
 def task_name(task_id: str) -> str:
@@ -971,11 +1049,14 @@ def solver_of(task) -> Solver | None:
     return EXPERTS.get(task_name(task.task_id))
 
 
-async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "short") -> tuple[dict, str | None]:
+async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "short",
+                      quality: Quality = Quality()) -> tuple[dict, str | None]:
     """Run one expert episode; returns (trajectory record, failure reason or None). The record is
     ``{"task", "seed", "intent", "reward", "steps": [{"observation", "error", "url", "response"}]}``
     (``reward`` 1.0 = success); ``prompt`` = the compress.system_prompt kind the responses are written for,
-    ``thoughts`` = "short" ("# Element: ...") or "long" (long_thought)."""
+    ``thoughts`` = "short" ("# Element: ...") or "long" (long_thought). With a ``quality`` that gives this
+    episode an imperfection, the clean demonstration is replayed with it (``replay_imperfect``) and that
+    episode is returned, marked ``"imperfection"``."""
     solver = solver_of(task)
     obs = await env.reset(task)
     demo = Demo(env, obs, prompt=prompt, thoughts=thoughts, key=f"{task.task_id}/{task.seed}")
@@ -992,6 +1073,9 @@ async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "shor
         reason = f"page: {webenv.first_line(e)}"
     record = {"task": task.task_id, "seed": task.seed, "intent": obs.intent, "reward": demo.reward,
               "steps": demo.steps}
+    kind, rng = quality.draw(demo.key)
+    if reason is None and kind is not None:
+        return await replay_imperfect(env, task, record, kind, rng, prompt)
     return record, reason
 
 
@@ -1029,6 +1113,11 @@ class Args:
     or plain / short_plain (a '# Element:' line, then the action)"""
     thoughts: Literal["short", "long"] = "short"
     """thoughts: 'short' ('# Element: ...') or 'long' (a reasoning paragraph, then that line: R1-CoT in miniature)"""
+    mistakes: float = 0.0
+    """an imperfect demonstrator: the fraction of episodes with a mistake that fails them (Quality), written too,
+    as an unfiltered log keeps them (train_bc.py --no-only-successes clones them)"""
+    detours: float = 0.0
+    """an imperfect demonstrator: the fraction of episodes with a detour that spends two interactions (Quality)"""
 
 
 def expand_tasks(spec: str) -> list:
@@ -1046,7 +1135,7 @@ def expand_tasks(spec: str) -> list:
 
 async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwargs: dict | None = None,
                    pool_kwargs: dict | None = None, progress: bool = True, prompt: str = "thinking",
-                   thoughts: str = "short") -> list[tuple[dict, str | None]]:
+                   thoughts: str = "short", quality: Quality = Quality()) -> list[tuple[dict, str | None]]:
     """Run every (task, seed) through the experts with ``concurrency`` contexts of one BrowserPool."""
     jobs = [dataclasses.replace(t, seed=s) for t in tasks for s in seeds]
     bar = None
@@ -1070,7 +1159,8 @@ async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwarg
     async with webenv.BrowserPool(**(pool_kwargs or {})) as pool, \
             Runner(pool, concurrency, timeout_s=EPISODE_TIMEOUT_S,
                    env_kwargs=ENV_KWARGS if env_kwargs is None else env_kwargs) as runner:
-        results = await runner.run(jobs, lambda env, task: demonstrate(env, task, prompt, thoughts), failed, done)
+        results = await runner.run(jobs, lambda env, task: demonstrate(env, task, prompt, thoughts, quality),
+                                   failed, done)
     if bar is not None:
         bar.close()
     return sorted(results, key=lambda r: (r[0]["task"], r[0]["seed"]))
@@ -1113,6 +1203,9 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [split.start + args.seed_offset + i for i in range(args.episodes)]
     if seeds and seeds[-1] >= split.stop:
         raise SystemExit(f"seeds run past the {args.split} range {split}")
+    if min(args.mistakes, args.detours) < 0 or args.mistakes + args.detours > 1:
+        raise SystemExit(f"--mistakes and --detours are fractions of episodes, >= 0 and together <= 1, not "
+                         f"{args.mistakes} and {args.detours}")
     tasks = expand_tasks(args.tasks)
     env_kwargs = dict(ENV_KWARGS, **({"max_obs_chars": args.max_obs_chars} if args.max_obs_chars else {}))
     pool_kwargs = {"executable_path": args.chromium} if args.chromium else {}
@@ -1122,15 +1215,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     results = asyncio.run(generate(tasks, seeds, args.concurrency, env_kwargs=env_kwargs,
                                    pool_kwargs=pool_kwargs, progress=args.progress, prompt=args.prompt,
-                                   thoughts=args.thoughts))
-    kept = [rec for rec, reason in results if reason is None]
+                                   thoughts=args.thoughts, quality=Quality(args.mistakes, args.detours)))
+    kept = [rec for rec, reason in results if reason is None or "imperfection" in rec]   # (a log keeps its mistakes)
     write_jsonl(args.out, kept)
     if args.failures:
         write_jsonl(args.failures, [{**rec, "reason": reason} for rec, reason in results if reason])
     reasons = collections.Counter(reason.split(":")[0] for _, reason in results if reason)
     print(success_table(results))
+    imperfect = collections.Counter((r["imperfection"], r["reward"] > 0) for r in kept if "imperfection" in r)
     print(f"wrote {len(kept)} trajectories ({sum(len(r['steps']) for r in kept)} steps) to {args.out} "
-          f"in {time.time() - t0:.1f}s; failures by kind: {dict(reasons)}")
+          f"in {time.time() - t0:.1f}s; failures by kind: {dict(reasons)}"
+          + (f"; imperfect (kind, success): {dict(sorted(imperfect.items()))}" if imperfect else ""))
     return 0
 
 

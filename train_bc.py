@@ -112,6 +112,9 @@ class Args:
     """sharegpt records whose human turn writes Llama-3 chat-template tokens inline (WebRL's BC data): verbatim =
     token for token as WebRL trained (LLaMA-Factory llama3_web; needs a Llama-3 tokenizer); split = rebuilt into
     user/assistant messages and rendered through the model's chat template (any model, not WebRL's tokens)"""
+    only_successes: bool = True
+    """clone only the trajectories of --data that succeeded (reward > 0); --no-only-successes clones every one, as
+    an unfiltered log would be (experts.py --mistakes writes failed ones)"""
 
 
 # ---- data ----
@@ -140,7 +143,7 @@ def read_demonstrations(args: Args) -> tuple[list[dict], list[str], dict[str, in
 def tokenize(records: list[dict], names: list[str], tokenizer, args: Args, rank: int) -> tuple[list[Sample], int]:
     """One sample per step of every demonstration, and how many were dropped as longer than ``--max-len``."""
     try:
-        steps = bc_data.records_to_steps(records, args.prompt, args.webrl_render, names)
+        steps = bc_data.records_to_steps(records, args.prompt, args.webrl_render, names, args.only_successes)
     except ValueError as e:
         raise SystemExit(f"--data: {e}") from None
     webrl = [st for st in steps if st.render == "llama3_web"]

@@ -118,3 +118,49 @@ def test_cli_writes_schema_and_only_successes(tmp_path, monkeypatch):
 def test_unknown_task_is_refused():
     with pytest.raises(SystemExit, match="no expert"):
         experts.expand_tasks("miniwob:drag-box")
+
+
+# ---- imperfect demonstrators (experts.Quality): mistakes that fail, detours that do not ----
+
+def test_imperfect_demonstrators_fail_by_mistake_and_succeed_with_detours():
+    """login-user's clean demonstration is Type, Type, Click. With every episode a mistake, each replayed
+    episode fails: the decisive Click on another element of the observation (3 steps), or the Click taken early
+    (fewer); with every episode a detour, each still succeeds with a Scroll Down and a Scroll Up inserted (5
+    steps). Every step is in the policy's format and names an element of the observation it was taken on."""
+    tasks = env.load_tasks("miniwob:login-user")
+    seeds = [env.EVAL_SEEDS.start + 7_100 + i for i in range(6)]
+    clean = {rec["seed"]: rec for rec, _ in asyncio.run(experts.generate(tasks, seeds, 3, progress=False))}
+    wrong = asyncio.run(experts.generate(tasks, seeds, 3, progress=False, quality=experts.Quality(mistake=1.0)))
+    assert {rec["imperfection"] for rec, _ in wrong} == {"wrong-element", "early-submit"}   # (both, on 6 seeds)
+    for rec, reason in wrong:
+        assert rec["reward"] == 0.0 and reason, (rec["seed"], reason)
+        names = [env.parse_action(s["response"]).name for s in rec["steps"]]
+        last = env.parse_action(rec["steps"][-1]["response"])
+        want = env.parse_action(clean[rec["seed"]]["steps"][-1]["response"])
+        if rec["imperfection"] == "wrong-element":
+            assert names == ["Type", "Type", "Click"] and last.element != want.element
+        else:
+            assert names[-1] == "Click" and len(names) < 3
+        for step in rec["steps"]:
+            action = env.parse_action(step["response"])
+            assert action.element is None or f'id="{action.element}"' in step["observation"]
+    detours = asyncio.run(experts.generate(tasks, seeds, 3, progress=False, quality=experts.Quality(detour=1.0)))
+    for rec, reason in detours:
+        assert reason is None and rec.pop("imperfection") == "detour"
+        check_record(rec)
+        names = [env.parse_action(s["response"]).name for s in rec["steps"]]
+        assert len(names) == 5 and "Scroll Down,Scroll Up" in ",".join(names)
+        assert [n for n in names if not n.startswith("Scroll")] == ["Type", "Type", "Click"]
+
+
+def test_imperfect_rates_are_fixed_per_episode_and_checked():
+    """Quality.draw is a function of the episode (the same flags write the same data), its rates hold over many
+    episodes, and the CLI refuses rates that are not fractions of episodes."""
+    q = experts.Quality(mistake=0.2, detour=0.3)
+    kinds = [q.draw(f"miniwob/login-user/{s}")[0] for s in range(4000)]
+    assert kinds == [q.draw(f"miniwob/login-user/{s}")[0] for s in range(4000)]
+    mistakes = sum(k in ("wrong-element", "early-submit") for k in kinds) / len(kinds)
+    assert abs(mistakes - 0.2) < 0.03 and abs(kinds.count("detour") / len(kinds) - 0.3) < 0.03
+    assert experts.Quality().draw("miniwob/login-user/1")[0] is None
+    with pytest.raises(SystemExit, match="fractions of episodes"):
+        experts.main(["--tasks", "miniwob:login-user", "--episodes", "1", "--mistakes", "0.7", "--detours", "0.5"])

@@ -37,8 +37,12 @@ def test_trajectory_steps_compress_history():
     assert last[-1]["content"] == TRAJ["steps"][1]["response"]
 
 
-def test_failed_demonstrations_are_not_cloned():
+def test_failed_demonstrations_are_not_cloned_unless_asked():
+    """train_bc.py's default clones successes only; --no-only-successes (an unfiltered log, experts.py --mistakes)
+    clones a failed trajectory's steps like any other's."""
     assert bc_data.records_to_steps([dict(TRAJ, reward=0.0)], prompt="short") == []
+    every = bc_data.records_to_steps([dict(TRAJ, reward=0.0)], prompt="short", only_successes=False)
+    assert [st.messages for st in every] == [st.messages for st in bc_data.records_to_steps([TRAJ], prompt="short")]
 
 
 def test_webrl_sharegpt_loader(tmp_path):

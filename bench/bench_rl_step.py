@@ -24,8 +24,8 @@ ways: as the code of the issue's filing ran it (``filing``: ``model.generate`` b
 with the decode loop (``loop``), and as make demo runs it now (``today``: the decode loop, pages restarted in
 place). Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
 prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"`` (one argument); issue 43's first
-``"generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"``; session
-23's ``"load=8x8,gen=0,mb=16,update=fast,reset=load;inplace=8x8,gen=0,mb=16,update=fast,reset=inplace"``.
+``"generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"``; its
+in-place restarts' ``"load=8x8,gen=0,mb=16,update=fast,reset=load;inplace=8x8,gen=0,mb=16,update=fast,reset=inplace"``.
 
     .venv/bin/python bench/bench_rl_step.py --model runs/demo/bc/hf --steps 3
 """

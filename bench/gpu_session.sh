@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a session lent a GPU runs first (docs/gpu.md "A session lent a GPU"): the one-device training path
+# What a lent GPU machine runs first (docs/gpu.md "On a lent GPU machine"): the one-device training path
 # (bench/gpu_path.py) at Qwen2.5-0.5B and -3B shapes, the 3B update at the M-GRPO defaults' context (micro-batch
 # 4 of samples up to 16,384 tokens), then the tests marked gpu, and the CPU suite's files that need no browser (a
 # GPU machine of the device tool has neither Chromium nor vLLM).

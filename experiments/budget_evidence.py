@@ -1,6 +1,6 @@
-"""Keep the per-episode outcomes of experiments/demo_budget.sh's (or demo_credit.sh's, suite_onpolicy.sh's)
-evaluations in the repository, compact: a later session (a fresh machine, without runs/) pairs its runs against
-these on the same pages.
+"""Keep the per-episode outcomes of an experiment's evaluations in the repository, compact: a later run (a fresh
+machine, without runs/) pairs against these on the same pages. demo_credit.sh's today; demo_budget.sh's and
+suite_onpolicy.sh's (scripts at e8dff0f: `git checkout e8dff0f`) made the other two files.
 
     .venv/bin/python experiments/budget_evidence.py [runs/budget [OUT]]   # OUT: experiments/evidence/issue32_budget_validation.json
     .venv/bin/python experiments/budget_evidence.py runs/credit experiments/evidence/issue42_credit_validation.json

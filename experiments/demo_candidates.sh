@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Steps 1-3 of the demo's task-selection protocol (docs/results.md, "Choosing the demo's tasks"): BC on every MiniWoB++
+# Steps 1-3 of the demo's task-selection protocol (docs/history.md, "Choosing the demo's tasks"): BC on every MiniWoB++
 # task with a scripted expert except the saturated 8, its greedy success on validation pages, and the rule that
 # picks the 8 tasks where BC leaves room. Fixed before any result was seen:
 #   - the demo's BC recipe: the pretrained base, 20 expert demonstrations per task, lr 1e-3, batches of 16, and

@@ -31,7 +31,7 @@ declare -A RUNS=(
   [gigpo]="--lr 1e-4 --warmup-steps 4 --advantage gigpo"
   [gigpo-seed1]="--lr 1e-4 --warmup-steps 4 --advantage gigpo --seed 1"
   # the low-rank candidate of rule 5 as "LoRA Without Regret" (Schulman et al. 2025) sets it for RL: rank 1 on
-  # every linear layer, alpha 32, 10x the full fine-tuning lr (set before its run, session 19)
+  # every linear layer, alpha 32, 10x the full fine-tuning lr (set before its run, in 55dc350)
   [lora]="--lr 1e-3 --warmup-steps 4 --lora-rank 1 --lora-alpha 32"
   [lora-seed1]="--lr 1e-3 --warmup-steps 4 --lora-rank 1 --lora-alpha 32 --seed 1"   # rule 4: lora reached the stone
 )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 4 of the demo's task-selection protocol (docs/results.md, "Choosing the demo's tasks"), on validation pages only
+# Step 4 of the demo's task-selection protocol (docs/history.md, "Choosing the demo's tasks"), on validation pages only
 # (eval.py --seed-start 500000, 30 greedy episodes per task; never env.EVAL_SEEDS): BC with the demo's recipe
 # (the pretrained base, 20 demonstrations per task, 150 steps at lr 1e-3), BC continued to 300 steps (the
 # convergence check, and the "BC continued for RL's wall time" control), M-GRPO from the 150-step BC with the

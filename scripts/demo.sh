@@ -10,7 +10,7 @@
 #                                  clone in a slow hour; smoke: a few minutes, on 2 of the tasks; long: twice
 #                                  the RL budget and 100 held-out pages per task)
 #   DEMO_TASKS=saturated           the first demo's 8 tasks, where BC saturates, with that demo's settings
-#                                  (BC 150 steps, M-GRPO 48 steps of B 4 x G 4 at lr 1e-4): docs/results.md
+#                                  (BC 150 steps, M-GRPO 48 steps of B 4 x G 4 at lr 1e-4): docs/history.md
 #   DEMO_OUT=runs/demo             where everything goes
 #   DEMO_MODEL=$BASE               the model BC starts from: assets/tiny-web-base (pretrained on synthetic
 #                                  pages, docs/training.md), or tiny:layers=4,hidden=192 (untrained)
@@ -18,12 +18,12 @@
 #   DEMO_RL_FLAGS                  override the budgets and settings (DEMO_SAMPLES: samples per held-out page)
 #
 # Settings for this CPU miniature, each fixed on validation pages (seeds 500000..), never on the test seeds
-# (docs/results.md, "Choosing the demo's tasks" and "Issue 32"): 20 demonstrations per task, as in the paper's
+# (docs/history.md, "Choosing the demo's tasks" and "Issue 32"): 20 demonstrations per task, as in the paper's
 # regime (WebArena-Lite's BC set is small, interaction is plentiful); BC 300 steps at lr 1e-3 (converged: 600
 # steps scored -2.1 +- 3.5 against it); M-GRPO 32 steps of B 8 x G 8 at lr 1e-4 (RL_DEMO_* in
-# demo_common.sh: the budget rule of experiments/demo_budget.sh), T = 1, task rotation, the paper's Eq. 2 weights
-# (the rl function of demo_common.sh); 50 held-out pages per task, each EVAL_SAMPLES (2) times at T = 1 and once
-# greedy (experiments/eval_precision.sh: what K buys).
+# demo_common.sh: the budget rule of experiments/demo_budget.sh, at commit e8dff0f), T = 1, task rotation, the
+# paper's Eq. 2 weights (the rl function of demo_common.sh); 50 held-out pages per task, each EVAL_SAMPLES (2)
+# times at T = 1 and once greedy (experiments/eval_precision.sh: what K buys).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # TASKS, SATURATED_TASKS, MODEL, BASE, RL_DEMO_*, stage, bc, rl

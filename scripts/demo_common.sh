@@ -4,17 +4,18 @@ PY=.venv/bin/python
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
 
 # The demo's 8 MiniWoB++ tasks, chosen where BC leaves room by a rule fixed before any RL run on them
-# (docs/results.md, "Choosing the demo's tasks": BC's validation success in [20%, 70%], closest to 45% first)
+# (docs/history.md, "Choosing the demo's tasks": BC's validation success in [20%, 70%], closest to 45% first)
 TASKS=miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,email-inbox-noscroll,email-inbox-forward-nl-turk,click-option
 # The first demo's 8 tasks (the last three multi-step), where BC saturates: the saturated case of
-# docs/results.md, the candidates' exclusion list and the configuration make demo-findings measured
+# docs/history.md, the candidates' exclusion list and the configuration make demo-findings measured
 SATURATED_TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-text,click-checkboxes,click-collapsible-2,login-user
-# make demo's M-GRPO, chosen on validation pages by experiments/demo_budget.sh's rule (issue 32, docs/results.md):
+# make demo's M-GRPO, chosen on validation pages by the rule of experiments/demo_budget.sh (issue 32; the script
+# is at commit e8dff0f, its runs in docs/history.md):
 # 32 steps of B 8 tasks x G 8 = 2048 trajectories, lr 1e-4 after 4 warm-up steps, the update in micro-batches
 # of 16, greedy success on 3 validation pages per task every 8 steps (drawn in dynamics.png)
 RL_DEMO_STEPS=32; RL_DEMO_B=8; RL_DEMO_G=8
 # make demo's evaluation: each held-out page EVAL_SAMPLES times at T = 1 (the paper's decoding) with common random
-# numbers, and greedy beside it. What K buys (experiments/eval_precision.sh, docs/results.md): the paired SE of
+# numbers, and greedy beside it. What K buys (experiments/eval_precision.sh, docs/history.md): the paired SE of
 # RL - BC on 400 pages is 2.4 points at K = 1, 1.9 at 2, 1.6 at 4 (1.5 needs 6); each sample of the three models
 # costs ~10 minutes of this 2-core box: make demo took 52 minutes with K = 2 (a slow hour; docs/results.md)
 EVAL_SAMPLES=2
@@ -76,8 +77,9 @@ valid_table() {
     --max-new-tokens "$NEW" --max-steps 6 --out "$2"
 }
 
-# valid_runs SAVE_EVERY: the body of the validation experiments (demo_budget.sh, demo_credit.sh), from their
-# OUT, BC, RUNS (name -> train_mgrpo flags), ORDER (the runs to make), NAMES (table order), STEPS, CKPTS, B, G, NEW:
+# valid_runs SAVE_EVERY: the body of the validation experiments (demo_credit.sh; demo_budget.sh until e8dff0f),
+# from their OUT, BC, RUNS (name -> train_mgrpo flags), ORDER (the runs to make), NAMES (table order), STEPS, CKPTS,
+# B, G, NEW:
 # BC 300 by make demo's recipe unless BC exists, each run of ORDER from it unless done (checkpoints every
 # SAVE_EVERY steps), each of its CKPTS evaluated, then one table of every run evaluated so far, in NAMES order
 valid_runs() {

@@ -2,7 +2,7 @@
 # `make demo-findings`: the paper's other findings in the miniature of `make demo` (same 8 MiniWoB++ tasks,
 # tiny CPU model, held-out EVAL_SEEDS), each a stage that writes its own eval/results.{md,json}.
 # They were measured before the demo started from the pretrained base, and keep that configuration so that
-# the README's numbers reproduce: the untrained tiny model ($MODEL), 80 demonstrations per task, BC 300 steps
+# the numbers of docs/results.md reproduce: the untrained tiny model ($MODEL), 80 demonstrations per task, BC 300 steps
 # at lr 2e-3 (the demo's run with those settings goes to runs/demo-scratch).
 #
 #   tts     test-time scaling (Fig. 5): untrained, BC and BC + M-GRPO of `make demo` at 2, 4, 6, 8, 12 interactions

@@ -15,13 +15,13 @@
 #
 #   SUITE_SIZE=smoke|default   (default: default, 22 minutes on a 2-core CPU box, measured)
 #   SUITE_OUT_DEMOS=0          logged-out stop-newsletter demonstrations to add (0: the paper's example; with
-#                              3, BC already solves the logged-out starts: README, section Site suite)
+#                              3, BC already solves the logged-out starts: docs/site-suite.md)
 #   SUITE_EVAL=30              held-out episodes per column (start type) in the evaluation
 #   SUITE_MODEL=tiny:...       the model BC starts from (an HF checkpoint dir works too)
 #   SUITE_OUT=runs/demo-suite  where everything goes
-#   SUITE_RL_FLAGS="..."       more train_mgrpo.py flags, which win over the ones below (e.g. "--seed 1", or
-#                              "--score-temperature 1": the update scores the T = 0.5 samples at T = 1, off-policy,
-#                              as the runs before issue 32's fix did; docs/site-suite.md)
+#   SUITE_RL_FLAGS="..."       more train_mgrpo.py flags, which win over the ones below (e.g. "--seed 1"; the
+#                              ablation "--score-temperature 1", the T = 0.5 samples scored at T = 1 off-policy as
+#                              before issue 32's fix, lives at commit e8dff0f: docs/site-suite.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # stage, bc, suite_rl (MODEL is set below)
@@ -40,7 +40,7 @@ esac
 EVAL=${SUITE_EVAL:-$EVAL}
 TURNS=10        # the logged-out expert needs 7 interactions
 RL_TEMP=0.5     # rollout temperature: at the paper's T = 1 the tiny BC policy breaks the action format in ~70% of
-                # its responses (greedy: none), so few groups hold a success to learn from (README, Site suite)
+                # its responses (greedy: none), so few groups hold a success to learn from (docs/site-suite.md)
 NEW=80          # response tokens: the longest expert response is ~60 tokens of the tiny tokenizer
 if [ "$SIZE" = smoke ]; then TURNS=3; NEW=48; fi   # the smoke's barely trained model: shorter, the same code
 mkdir -p "$OUT"

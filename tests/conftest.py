@@ -35,8 +35,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 # `make test` runs two pytest-xdist workers, each module on one of them (`--dist loadfile
 # --no-loadscope-reorder`), in this order: the longest modules first (seconds under `make test`, beside the other
-# worker, session 25), so that no worker is left with one of them at the end while the other idles (the two
-# ended 22 s apart). The rest follow in file order.
+# worker, from a fresh clone of 46e5ace on 2026-11-27), so that no worker is left with one of them at the end
+# while the other idles (the two ended 22 s apart). The rest follow in file order.
 LONGEST_FIRST = ("test_demo.py",              # ~190-230 s: make demo, demo-findings, demo-suite at smoke size
                  "test_train_mgrpo_vllm.py",  # ~250-290 s: two M-GRPO runs with vLLM engines and their BC fixture
                  "test_train_mgrpo.py",       # ~150 s: M-GRPO runs on the HF backend

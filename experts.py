@@ -91,7 +91,7 @@ from typing import Any, Awaitable, Callable, Literal
 
 import env as webenv
 from compress import PromptKind, format_response, split_response   # the response format lives in compress.py
-from env import sitesuite   # the site suite: its account and family name (env registers the family)
+from env import sitesuite, suite_site   # the site suite: its family name (env registers it), its site's account
 from env.actions import Action, format_action, parse_action   # the action grammar
 from rollout import Runner
 from playwright.async_api import Error as PlaywrightError
@@ -822,7 +822,8 @@ async def _suite_login(d: Demo) -> None:
     if not await visible(d.page.locator("#login-form")):
         return
     m = re.search(r"the username is (\S+) and the password is (\S+?)\.?$", d.intent)
-    user, password = (m.group(1), m.group(2)) if m else (sitesuite.ACCOUNT["username"], sitesuite.ACCOUNT["password"])
+    user, password = (m.group(1), m.group(2)) if m else (suite_site.ACCOUNT["username"],
+                                                         suite_site.ACCOUNT["password"])
     await d.type("#login-form input[name=username]", user, "the 'Username' field of the login form")
     await d.type("#login-form input[name=password]", password, "the 'Password' field of the login form")
     await d.click("#login-form button[type=submit]", "the 'Log in' button")

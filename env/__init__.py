@@ -15,8 +15,8 @@ agent's env, the action grammar, the task interface and all three task families,
   ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE``; webarena.py, WebArena / WebArena-Lite (configs
   and the family: ``load_webarena_tasks``, ``WebArenaFamily``), with its rubrics in webarena_rubrics.py
   (``evaluate``, ...), its helpers and logins in webarena_helpers.py (``webarena_login``, ...) and its site
-  replicas in webarena_sites.py (``SitePool``, ...); sitesuite.py, the WebArena-format shop + forum served here:
-  ``SuiteFamily``.
+  replicas in webarena_replicas.py (``SitePool``, ...); sitesuite.py, the WebArena-format site suite: ``SuiteFamily``,
+  with its shop + forum, served here, in suite_site.py.
 Every name listed is also ``env.<name>``, and each module ``env.<module>``.
 
 Dependencies flow one way, in the order above: tasks uses sandbox's host_entry, actions uses compress.py's
@@ -53,7 +53,7 @@ from .webarena_helpers import (LOGIN_SITES, WEBARENA_ACCOUNTS, WEBARENA_HELPERS,
                                check_storage_state, login_files, substitute_placeholders, webarena_login,
                                webarena_site_url)
 from .webarena_rubrics import RUBRICS, evaluate, url_matches, word_tokenize
-from .webarena_sites import SitePool, site_pool
+from .webarena_replicas import SitePool, site_pool
 
 __all__ = [  # the package's public names: every one is also env.<name>
     "miniwob", "sitesuite", "webarena", "ACTION_NAMES", "NEEDS_ARGUMENT", "NEEDS_ELEMENT", "OPTIONAL_ELEMENT",

@@ -139,7 +139,7 @@ class TaskFamily:
     async def lease(self, task: Task) -> AsyncIterator[Task]:
         """Hold what one episode of ``task`` needs to itself, from before its reset until it is scored, and give
         the task as it runs there. Default: nothing to hold, the task unchanged. WebArena's family leases a
-        replica of each site a state-changing task uses (``webarena_sites.SitePool``) and gives the task with its
+        replica of each site a state-changing task uses (``webarena_replicas.SitePool``) and gives the task with its
         URLs moved there; the runner (rollout.Runner) enters this around every episode."""
         yield task
 

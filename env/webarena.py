@@ -4,8 +4,8 @@
   reproduced with their quirks, and ``evaluate``;
 - webarena_helpers.py: the sites' URLs and placeholders, the built-in `func:` helper functions, and the sites'
   logins (``webarena_login``, ``python -m env login``);
-- webarena_sites.py: site replicas leased per trajectory (``SitePool``, ``site_pool``).
-webarena_rubrics and webarena_sites import webarena_helpers; this file imports the three, none imports it.
+- webarena_replicas.py: site replicas leased per trajectory (``SitePool``, ``site_pool``).
+webarena_rubrics and webarena_replicas import webarena_helpers; this file imports the three, none imports it.
 
 The family registers itself when this module is imported (it imports tasks.py, sandbox.py, browser.py and those
 three, never env); env/__init__.py imports it, so ``env.load_tasks("<config>.json")`` and the ``env.<name>``
@@ -38,7 +38,7 @@ Scoring: ``rubric`` picks VisualAgentBench's WebArena-Lite evaluators ("vab", th
 original ones ("webarena"), webarena_rubrics.py; docs/webarena.md ("Rubrics"). Logins: a task's storage_state
 file is checked at reset (check_storage_state, check_login_alive in webarena_helpers.py).
 Concurrency: a site given as replicas with a reset (WA_GITLAB="url1 url2 ...", WA_GITLAB_RESET=...) is
-leased per trajectory (WebArenaFamily.lease, webarena_sites.py; docs/webarena.md, "Concurrent trajectories").
+leased per trajectory (WebArenaFamily.lease, webarena_replicas.py; docs/webarena.md, "Concurrent trajectories").
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ from .tasks import Task, TaskFamily, register_family
 from .webarena_helpers import (WEBARENA_SITES, check_login_alive, check_storage_state, parse_helper_call,
                                substitute_placeholders, webarena_site_url)
 from .webarena_rubrics import _CONTENT_KEYS, _OR, RUBRICS, evaluate
-from .webarena_sites import site_pool
+from .webarena_replicas import site_pool
 
 EVAL_TYPES = ("string_match", "url_match", "program_html")
 _ANSWER_KEYS = ("exact_match", "must_include", "must_exclude", "one_of", "required_values", "fuzzy_match")

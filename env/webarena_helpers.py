@@ -3,12 +3,12 @@ the sites' URLs (placeholders, the replica a leased episode holds), the built-in
 program_html checks and the call syntax configs name them in, and the sites' logins (``python -m env login``).
 
 It imports tasks.py, sandbox.py and browser.py, never env or the other webarena modules (webarena_rubrics.py,
-webarena_sites.py and webarena.py import it); its public names are also ``env.<name>``: ``webarena_site_url``,
+webarena_replicas.py and webarena.py import it); its public names are also ``env.<name>``: ``webarena_site_url``,
 ``substitute_placeholders``, ``WEBARENA_SITES``, ``WEBARENA_HELPERS``, ``WEBARENA_ACCOUNTS``, ``LOGIN_SITES``,
 ``login_files``, ``webarena_login``, ``check_storage_state``, ``check_login_alive``.
 
 - Site URLs come from the environment: WA_<NAME> if set, else WebArena's own <NAME> (SHOPPING, ...); a
-  variable listing several replicas gives the first, and an episode leased on a replica (webarena_sites.py)
+  variable listing several replicas gives the first, and an episode leased on a replica (webarena_replicas.py)
   gets that replica's.
 - `func:` helpers: the five that the public configs name are built in (WEBARENA_HELPERS, "helper functions"
   below); ``evaluate(..., helpers=)`` adds others or replaces them by name. A call is parsed

@@ -111,7 +111,7 @@ DOCUMENTED = {
     "env.webarena": "load_webarena_tasks WebArenaFamily",
     "env.webarena_rubrics": "evaluate",
     "env.webarena_helpers": "webarena_login",
-    "env.webarena_sites": "SitePool",
+    "env.webarena_replicas": "SitePool",
     "env.sitesuite": "SuiteFamily",
 }
 

@@ -1,6 +1,6 @@
-"""The site suite (env/sitesuite.py): a real HTTP server with per-trajectory sqlite sandboxes, WebArena-format task
-configs checked by env's loader, episodes in real Chromium scored only by env's WebArena rubrics, and
-the scripted experts of every family (experts.py).
+"""The site suite (env/sitesuite.py, its site env/suite_site.py): a real HTTP server with per-trajectory sqlite
+sandboxes, WebArena-format task configs checked by env's loader, episodes in real Chromium scored only by env's
+WebArena rubrics, and the scripted experts of every family (experts.py).
 
 Run: .venv/bin/python -m pytest -q tests/test_sitesuite.py            (about a minute on an idle 2-core box)
      SITESUITE_EXPERTS_100=1 .venv/bin/python -m pytest -q tests/test_sitesuite.py   (+ every expert over 100
@@ -22,7 +22,7 @@ import pytest
 
 import env
 import experts
-from env import sitesuite
+from env import sitesuite, suite_site
 
 
 def opener() -> urllib.request.OpenerDirector:
@@ -51,7 +51,7 @@ def click(n: str) -> str:
 # ---- the server, the sandboxes and the configs (no browser) ----
 
 def test_server_login_pages_and_sandboxes():
-    with sitesuite.serve() as server:
+    with suite_site.serve() as server:
         a, b = opener(), opener()
         r = a.open(server.url + "/profile")                        # every page needs a login
         assert r.url == server.url + "/login?next=%2Fprofile"
@@ -67,15 +67,15 @@ def test_server_login_pages_and_sandboxes():
         page = a.open(server.url + "/shop?q=&category=books&sort=price_asc").read().decode()
         assert "Page 1 of" in page and "<select" in page and 'type="search"' in page
         # /sandbox?seed=N (standalone configs' start URL): a fresh sandbox of seed N
-        loc = sitesuite.world(5).profile["location"]
+        loc = suite_site.world(5).profile["location"]
         assert f'id="profile-location">{loc}<' in a.open(server.url + "/sandbox?seed=5&next=/profile").read().decode()
         assert a.open(server.url + "/logout").url.startswith(server.url + "/login")
         assert a.open(server.url + "/profile").url.startswith(server.url + "/login")
         with pytest.raises(urllib.error.HTTPError, match="404"):
             b.open(server.url + "/nowhere")
         assert len(server.sandboxes) == 3
-    boxes = sitesuite.Sandboxes(max_sandboxes=3)                   # bounded: least recently used go first
-    keys = [sitesuite.new_sandbox(7) for _ in range(5)]
+    boxes = suite_site.Sandboxes(max_sandboxes=3)                  # bounded: least recently used go first
+    keys = [suite_site.new_sandbox(7) for _ in range(5)]
     dbs = [boxes.get(k)[0] for k in keys]
     assert len(boxes) == 3 and boxes.get(keys[-1])[0] is dbs[-1] and boxes.get(keys[0])[0] is not dbs[0]
     with pytest.raises(ValueError, match="malformed sandbox"):
@@ -104,9 +104,9 @@ def test_configs_are_webarena_configs(tmp_path):
     assert not any(by_id[f"log-in/{s}"]["require_login"] for s in (1_000_000, 1_000_001, 5))   # always logged out
     assert [by_id[f"stop-newsletter/{s}"]["require_login"] for s in (1_000_000, 1_000_001)] == [True, False]
     # no world starts unsubscribed, so stop-newsletter always has work to do
-    assert all(sitesuite.world(s).profile["newsletter"] != "never" for s in range(200))
+    assert all(suite_site.world(s).profile["newsletter"] != "never" for s in range(200))
     state = json.loads(open(by_id["edit-profile/1000000"]["storage_state"]).read())
-    assert state["cookies"][0]["name"] == sitesuite.SESSION_COOKIE
+    assert state["cookies"][0]["name"] == suite_site.SESSION_COOKIE
     # the same seed gives the same config; load_tasks("suite:...") gives one task per family
     assert sitesuite.task_config("checkout", 42, "http://h:1") == sitesuite.task_config("checkout", 42, "http://h:1")
     suite = env.load_tasks("suite:all")
@@ -126,8 +126,8 @@ def test_eight_concurrent_trajectories_see_only_their_own_edit(run, pool):
                 if sitesuite.task_config("edit-profile@in", s, "http://h")["instantiation_dict"]["field"] == "location")
     task = dataclasses.replace(env.load_tasks("suite:edit-profile@in")[0], seed=seed)
     target = sitesuite.task_config("edit-profile@in", seed, "http://h")["instantiation_dict"]["value"]
-    start = sitesuite.world(task.seed).profile["location"]
-    cities = [target] + [c for c in sitesuite.CITIES if c not in (start, target)][:7]
+    start = suite_site.world(task.seed).profile["location"]
+    cities = [target] + [c for c in suite_site.CITIES if c not in (start, target)][:7]
 
     async def one(city: str):
         e = await pool.new_env(**experts.ENV_KWARGS)     # 10 s per action: a busy 2-core box
@@ -249,7 +249,7 @@ def test_experts_over_100_held_out_seeds():
     assert all(ok >= 0.95 * n for ok, n in rates.values()), rates
 
 
-# ---- shared-state replicas leased per trajectory (webarena_sites.SitePool) ----
+# ---- shared-state replicas leased per trajectory (webarena_replicas.SitePool) ----
 
 def _location_seed() -> int:
     """A held-out seed whose edit-profile task is "set the location to TARGET" (scored by program_html)."""
@@ -257,18 +257,19 @@ def _location_seed() -> int:
                 if sitesuite.task_config("edit-profile@in", s, "http://h")["instantiation_dict"]["field"] == "location")
 
 
-def _location(server: sitesuite.SuiteServer) -> str:
+def _location(server: suite_site.SuiteServer) -> str:
     db, lock = server.sandboxes.get("")
     with lock:
-        return db.execute("SELECT location FROM users WHERE username=?", (sitesuite.ACCOUNT["username"],)).fetchone()[0]
+        return db.execute("SELECT location FROM users WHERE username=?",
+                          (suite_site.ACCOUNT["username"],)).fetchone()[0]
 
 
 def test_shared_state_server_is_one_database_reset_by_post():
     seed = _location_seed()
-    with sitesuite.SuiteServer(shared_seed=seed) as server:
+    with suite_site.SuiteServer(shared_seed=seed) as server:
         a, b = opener(), opener()                        # two visitors, two cookie jars: one state
-        form = urllib.parse.urlencode({"username": sitesuite.ACCOUNT["username"],
-                                       "password": sitesuite.ACCOUNT["password"]}).encode()
+        form = urllib.parse.urlencode({"username": suite_site.ACCOUNT["username"],
+                                       "password": suite_site.ACCOUNT["password"]}).encode()
         for o in (a, b):
             o.open(server.url + "/login", data=form).read()
         edit = urllib.parse.urlencode({"display_name": "x", "location": "Atlantis", "bio": "", "newsletter": "never"})
@@ -277,8 +278,8 @@ def test_shared_state_server_is_one_database_reset_by_post():
         with pytest.raises(urllib.error.HTTPError, match="405"):
             urllib.request.urlopen(server.url + "/__reset")
         assert urllib.request.urlopen(urllib.request.Request(server.url + "/__reset", data=b"")).status == 200
-        assert _location(server) == sitesuite.world(seed).profile["location"] and server.sandboxes.resets == 1
-    with sitesuite.SuiteServer() as server:              # sandboxes per episode: an ordinary page (log in first)
+        assert _location(server) == suite_site.world(seed).profile["location"] and server.sandboxes.resets == 1
+    with suite_site.SuiteServer() as server:             # sandboxes per episode: an ordinary page (log in first)
         page = urllib.request.urlopen(urllib.request.Request(server.url + "/__reset", data=b"")).read().decode()
         assert page != "reset" and 'id="login-form"' in page
 
@@ -294,8 +295,8 @@ def test_replicas_keep_concurrent_trajectories_of_a_shared_site_apart(run, pool,
     from env import webarena
     seed = _location_seed()
     target = sitesuite.task_config("edit-profile@in", seed, "http://h")["instantiation_dict"]["value"]
-    start = sitesuite.world(seed).profile["location"]
-    servers = [sitesuite.SuiteServer(shared_seed=seed).start() for _ in range(2)]
+    start = suite_site.world(seed).profile["location"]
+    servers = [suite_site.SuiteServer(shared_seed=seed).start() for _ in range(2)]
     monkeypatch.setenv("SITESUITE_URL", servers[0].url)     # the suite's tasks load there: the first replica
 
     async def episodes() -> tuple[list[float], list[str]]:

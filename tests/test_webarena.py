@@ -31,7 +31,7 @@ import pytest
 import env
 import webarena_sites
 from env import webarena, webarena_helpers
-from env.webarena_sites import SitePool, rehost      # (the webarena_sites above: tests' stand-in site)
+from env.webarena_replicas import SitePool, rehost
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -1182,7 +1182,7 @@ def test_program_html_probe_reaches_only_the_tasks_hosts(run, pool, tmp_path):
             srv.shutdown()
 
 
-# ---- site replicas (env.webarena_sites.SitePool): URLs moved per lease, the pool from the environment, its resets ----
+# ---- site replicas (env.webarena_replicas.SitePool): URLs moved per lease, the pool from the environment, its resets ----
 
 def test_rehost_moves_every_url_of_the_site_and_nothing_else():
     raw = {"task_id": 1, "sites": ["gitlab"], "intent": "x", "start_url": "http://h:802/a |AND| http://h:8023/",

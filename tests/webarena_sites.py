@@ -28,7 +28,7 @@ WA_SHOPPING_ADMIN at URL + "/admin":
   table GitLab renders: ``td[data-label='Account'] span.gl-avatar-labeled-sublabel`` = "@user",
   ``td.col-max-role span`` = the role).
 
-Why not the site suite (env/sitesuite.py): that is a shop and forum of its own, with its own sign-in page and
+Why not the site suite (env/suite_site.py): that is a shop and forum of its own, with its own sign-in page and
 account, for training and evaluating agents; these tests check the WebArena family against the real sites' sign-in
 forms, cookies, admin token API and member tables (what WebArena's auto_login.py and helper functions touch),
 which the suite does not imitate and should not grow for tests' sake.

@@ -205,10 +205,8 @@ def step_advantages(valid: list[Trajectory], gamma: float, eps: float = 1e-6) ->
 def eq2_weights(group_of_traj: list[int], steps_per_traj: list[int], action_tokens: list[list[int]],
                 n_groups: int | None = None) -> list[list[float]]:
     """Per-action weights 1 / (n_groups * G_g * |tau_i| * |a_ij|) of Eq. 2. ``group_of_traj[i]`` is trajectory i's
-    group, ``steps_per_traj[i] = |tau_i|`` and
-    ``action_tokens[i][j] = |a_ij|``; G_g is the number of trajectories of group g in the list (G unless the
-    environment lost some), and ``n_groups`` defaults to the number of groups in the list (several ranks
-    pass the total). Summed over its tokens an action weighs 1/(n G_g |tau_i|), a trajectory 1/(n G_g), a
+    group, ``steps_per_traj[i] = |tau_i|``, ``action_tokens[i][j] = |a_ij|``; G_g is the number of trajectories of
+    group g in the list (G unless the environment lost some); ``n_groups`` defaults to the groups in the list. Summed over its tokens an action weighs 1/(n G_g |tau_i|), a trajectory 1/(n G_g), a
     group 1/n and the batch 1: Eq. 2 averaged over the n groups of the batch; micro-batches simply add up."""
     size = collections.Counter(group_of_traj)
     n = n_groups or len(size)
@@ -426,6 +424,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     out, started, stopped = Path(args.out), time.time(), Stop.NO
     if args.backend == "vllm" and step:   # resumed: the engine starts from the checkpoint's weights
         await vllm_backend.push_weights_to_vllm(backend, engine.module)
+        log.info("resumed: pushed step_%d's weights into the vLLM engine", step)
     from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     async with args.env.pool() as pool, \

@@ -962,6 +962,21 @@ async def suite_log_out(d: Demo) -> None:
     await _answer(d, "done", "none; I am logged out, so the task is done")
 
 
+async def run_demo(demo: Demo, solver: Solver, imperfection: str | None = None) -> str | None:
+    """Run ``solver`` on ``demo`` to the episode's end; the failure reason, None for a success (prefixed with the
+    ``imperfection`` a replayed episode carries)."""
+    prefix = f"{imperfection}: " if imperfection else ""
+    try:
+        await solver(demo)
+        return f"{prefix}{'replay' if imperfection else 'solver'} finished but the episode did not end"
+    except EpisodeOver:
+        return None if demo.reward > 0 else f"{prefix}episode ended without reward ({demo.done_reason})"
+    except ExpertError as e:
+        return f"{prefix or 'expert: '}{e}"
+    except PlaywrightError as e:            # a read of the page failed (e.g. a wait for a menu timed out)
+        return f"page: {webenv.first_line(e)}"
+
+
 # ---- imperfect demonstrators: a demonstrator's mistakes and detours, at fixed rates ----
 
 @dataclass(frozen=True)
@@ -1012,26 +1027,20 @@ async def replay_imperfect(env, task, clean: dict, kind: str, rng: random.Random
         responses = responses[:rng.randrange(max(len(responses) - 1, 1))] + [responses[-1]]
     demo = Demo(env, await env.reset(task), prompt=prompt, key=f"{task.task_id}/{task.seed}")
     detour_at = rng.randrange(len(responses)) if kind == "detour" else -1
-    reason = None
-    try:
+
+    async def replay(d: Demo) -> None:
         for j, response in enumerate(responses):
             if j == detour_at:
                 for action, what in _SCROLL_DETOUR:    # (on a page that does not scroll the env says so: spent)
-                    await demo.send(format_response(f"# Element: {what}", format_action(action), prompt=prompt),
-                                    refused_ok=True)
+                    await d.send(format_response(f"# Element: {what}", format_action(action), prompt=prompt),
+                                 refused_ok=True)
             if j == len(responses) - 1 and kind == "wrong-element" and last.element is not None:
-                wrong = _wrong_element(demo.obs.text, last, rng)
-                await demo.act(wrong, observed_elements(demo.obs.text).get(wrong.element, "another element"))
+                wrong = _wrong_element(d.obs.text, last, rng)
+                await d.act(wrong, observed_elements(d.obs.text).get(wrong.element, "another element"))
             else:
-                await demo.send(response)
-        reason = "replay finished but the episode did not end"
-    except EpisodeOver:
-        if demo.reward <= 0:
-            reason = f"{kind}: episode ended without reward ({demo.done_reason})"
-    except ExpertError as e:
-        reason = f"{kind}: {e}"
-    except PlaywrightError as e:
-        reason = f"page: {webenv.first_line(e)}"
+                await d.send(response)
+
+    reason = await run_demo(demo, replay, kind)
     return {**clean, "reward": demo.reward, "steps": demo.steps, "imperfection": kind}, reason
 
 
@@ -1061,17 +1070,7 @@ async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "shor
     solver = solver_of(task)
     obs = await env.reset(task)
     demo = Demo(env, obs, prompt=prompt, thoughts=thoughts, key=f"{task.task_id}/{task.seed}")
-    reason = None
-    try:
-        await solver(demo)
-        reason = "solver finished but the episode did not end"
-    except EpisodeOver:
-        if demo.reward <= 0:
-            reason = f"episode ended without reward ({demo.done_reason})"
-    except ExpertError as e:
-        reason = f"expert: {e}"
-    except PlaywrightError as e:            # a read of the page failed (e.g. a wait for a menu timed out)
-        reason = f"page: {webenv.first_line(e)}"
+    reason = await run_demo(demo, solver)
     record = {"task": task.task_id, "seed": task.seed, "intent": obs.intent, "reward": demo.reward,
               "steps": demo.steps}
     kind, rng = quality.draw(demo.key)

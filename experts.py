@@ -231,14 +231,14 @@ class Demo:
                 await self.act(Action("Wait"), f"none yet; the page is still changing, wait for {what}")
         raise AssertionError("unreachable")
 
-    async def act(self, action: Action, what: str) -> None:
-        """Send one action (with its thought) through env.step and record the step."""
+    async def act(self, action: Action, what: str, refused_ok: bool = False) -> None:
+        """Send one action (with its thought) through env.step and record the step (``send``)."""
         thought = f"# Element: {what}"
         if self.thoughts == "long":
             thought = long_thought(self.intent, self.obs.text, action, what, key=f"{self.key}/{len(self.steps)}")
             if self.prompt in ("plain", "short_plain"):      # the plain format's thought is "#" comment lines
                 thought = re.sub(r"^(?!#)", "# ", thought, flags=re.M)
-        await self.send(format_response(thought, format_action(action), prompt=self.prompt))
+        await self.send(format_response(thought, format_action(action), prompt=self.prompt), refused_ok)
 
     async def send(self, response: str, refused_ok: bool = False) -> None:
         """Send a response (written by ``act``, or replayed) through env.step and record the step; an action the
@@ -981,8 +981,8 @@ async def run_demo(demo: Demo, solver: Solver, imperfection: str | None = None) 
 
 @dataclass(frozen=True)
 class Quality:
-    """How often the demonstrator errs, one imperfection at most per episode, each drawn from a hash of (task,
-    seed, kind), so the same flags write the same data. ``mistake``: the fraction of episodes with a mistake
+    """How often the demonstrator errs, one imperfection at most per episode, drawn from a hash of the episode
+    (task and seed), so the same flags write the same data. ``mistake``: the fraction of episodes with a mistake
     that fails them (kind a), half of them the decisive last action on another element of the observation
     (``wrong-element``), half that action taken before the steps that prepare it (``early-submit``; one-step
     episodes take the first); an unfiltered log keeps them. ``detour``: the fraction with a detour (kind b): a
@@ -1017,7 +1017,8 @@ def _wrong_element(obs_text: str, action: Action, rng: random.Random) -> Action:
     return dataclasses.replace(action, element=rng.choice(same or others)) if others else action
 
 
-async def replay_imperfect(env, task, clean: dict, kind: str, rng: random.Random, prompt: str) -> tuple[dict, str | None]:
+async def replay_imperfect(env, task, clean: dict, kind: str, rng: random.Random,
+                           prompt: str) -> tuple[dict, str | None]:
     """The clean demonstration ``clean`` of ``task`` sent again, response by response, on a fresh episode of the
     same page, with the imperfection ``kind`` (``Quality.draw``); the steps are recorded from the live pages, as
     ``demonstrate`` records them. Returns (record with ``"imperfection": kind``, failure reason or None)."""
@@ -1032,8 +1033,7 @@ async def replay_imperfect(env, task, clean: dict, kind: str, rng: random.Random
         for j, response in enumerate(responses):
             if j == detour_at:
                 for action, what in _SCROLL_DETOUR:    # (on a page that does not scroll the env says so: spent)
-                    await d.send(format_response(f"# Element: {what}", format_action(action), prompt=prompt),
-                                 refused_ok=True)
+                    await d.act(action, what, refused_ok=True)
             if j == len(responses) - 1 and kind == "wrong-element" and last.element is not None:
                 wrong = _wrong_element(d.obs.text, last, rng)
                 await d.act(wrong, observed_elements(d.obs.text).get(wrong.element, "another element"))

@@ -206,8 +206,9 @@ def eq2_weights(group_of_traj: list[int], steps_per_traj: list[int], action_toke
                 n_groups: int | None = None) -> list[list[float]]:
     """Per-action weights 1 / (n_groups * G_g * |tau_i| * |a_ij|) of Eq. 2. ``group_of_traj[i]`` is trajectory i's
     group, ``steps_per_traj[i] = |tau_i|``, ``action_tokens[i][j] = |a_ij|``; G_g is the number of trajectories of
-    group g in the list (G unless the environment lost some); ``n_groups`` defaults to the groups in the list. Summed over its tokens an action weighs 1/(n G_g |tau_i|), a trajectory 1/(n G_g), a
-    group 1/n and the batch 1: Eq. 2 averaged over the n groups of the batch; micro-batches simply add up."""
+    group g in the list (G unless the environment lost some); ``n_groups`` defaults to the groups in the list.
+    Summed over its tokens an action weighs 1/(n G_g |tau_i|), a trajectory 1/(n G_g), a group 1/n and the batch
+    1: Eq. 2 averaged over the n groups of the batch; micro-batches simply add up."""
     size = collections.Counter(group_of_traj)
     n = n_groups or len(size)
     return [[1.0 / (n * size[g] * steps_per_traj[i] * k) for k in action_tokens[i]]

@@ -251,18 +251,18 @@ def make_reference(model: torch.nn.Module, cfg: dict[str, Any]) -> Any:
     optimizer whose parameters are partitioned over the ranks (each GPU keeps 1/world of them and gathers a
     layer's for its forward, as for the policy), otherwise the model itself. Its forwards are collective under
     ZeRO-3, so every rank must run the same ones (train_mgrpo.update runs the same micro-batches on each)."""
-    model.eval().requires_grad_(False)
-    if zero_stage(cfg) != 3:
-        return model
-    import deepspeed
-    ref_cfg = {k: v for k, v in cfg.items() if k in ("train_micro_batch_size_per_gpu", "train_batch_size",
-                                                     "gradient_accumulation_steps", "bf16", "zero_optimization")}
-    engine, *_ = deepspeed.initialize(model=model, config=ref_cfg)
-    engine.eval()
-    held = sum(p.numel() or p.ds_tensor.numel() for p in engine.parameters())   # this rank's partition
-    full = sum(getattr(p, "ds_numel", p.numel()) for p in engine.parameters())
-    log.info("reference model: %d of its %d parameters held on rank %d", held, full, torch.distributed.get_rank())
-    return engine
+    ref = model.eval().requires_grad_(False)
+    if zero_stage(cfg) == 3:
+        import deepspeed
+        ref_cfg = {k: v for k, v in cfg.items() if k in ("train_micro_batch_size_per_gpu", "train_batch_size",
+                                                         "gradient_accumulation_steps", "bf16", "zero_optimization")}
+        ref, *_ = deepspeed.initialize(model=model, config=ref_cfg)
+        ref.eval()
+    held = sum(p.numel() or p.ds_tensor.numel() for p in ref.parameters())   # ZeRO-3: this rank's partition
+    full = sum(getattr(p, "ds_numel", p.numel()) for p in ref.parameters())
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    log.info("reference model: %d of its %d parameters held on rank %d", held, full, rank)
+    return ref
 
 
 def add_lora(model: torch.nn.Module, rank: int, alpha: float) -> torch.nn.Module:

@@ -31,7 +31,8 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert any(r["rollout/frac_zero_std"] < 1.0 for r in rows), "no group had a learning signal"
     assert not torch.equal(params(str(half_right_bc)), params(str(out / "hf")))
     for key in ("rollout/success_rate", "rollout/response_tokens", "rollout/num_turns", "train/seconds",
-                "rollout/rounds", "train/step_groups", "train/step_groups_signal"):
+                "rollout/rounds", "train/step_groups", "train/step_groups_signal",
+                "rollout/success/miniwob/click-button", "rollout/success/miniwob/click-link"):
         assert key in rows[0]
     rounds = [r["rollout/rounds"] for r in rows]
     assert set(rounds) <= {1.0, 2.0}

@@ -26,8 +26,12 @@
 #     each chosen imperfect BC, its filtered twin (kind a) and both RL seeds. The issue's targets: M-GRPO - BC
 #     >= +5 at >= 3 SE at T = 1 in both seeds, and (kind a) above the filtered BC. Reported whatever the numbers.
 # A stage whose output exists is not run again.
-#   bash experiments/demo_quality.sh [bc]               the data, the BCs and their validation (stage 1)
+#   bash experiments/demo_quality.sh [bc [QUALITY...]]  the data, the BCs and their validation (all qualities, or
+#                                                       those named, e.g. mistakes50: its -f twin comes with it)
 #   bash experiments/demo_quality.sh rl QUALITY...      M-GRPO from the qualities rule 4 chose, seeds 0 and 1
+#   bash experiments/demo_quality.sh table              one paired table of every validation run so far
+#   bash experiments/demo_quality.sh test QUALITY...    rule 6, once: the held-out pages of clean BC and each QUALITY's
+#                                                       BC, filtered twin and RL seeds, in one paired table
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_OPTIM, IN_PLACE, stage, bc, rl
@@ -48,8 +52,9 @@ evaluate() {
 }
 
 bc_stage() {
-  local q reuse=""
-  for q in "${FILES[@]}"; do
+  local q
+  for q in "${@:-${FILES[@]}}"; do
+    [ -n "${QUALITY[$q]+x}" ] || { echo "unknown quality $q (one of: ${FILES[*]})" >&2; exit 2; }
     [ -s "$OUT/$q/demos.jsonl" ] || { stage "demonstrations: $q (${QUALITY[$q]:-clean})"
       mkdir -p "$OUT/$q"
       # shellcheck disable=SC2086  # the quality flags split into words
@@ -62,13 +67,39 @@ bc_stage() {
       bc "$OUT/$q/demos.jsonl" "$OUT/$q-f/bc" 300 short "$BASE" 1e-3
     fi
   done
-  for q in clean mistakes25 mistakes25-f mistakes50 mistakes50-f detours50 detours100; do
+  for q in "${@:-${FILES[@]}}"; do
     evaluate "$OUT/valid/$q" "$q=$OUT/$q/bc/hf" "$VALID" 500000
-    reuse="$reuse,$OUT/valid/$q"
+    [[ $q != mistakes* ]] || evaluate "$OUT/valid/$q-f" "$q-f=$OUT/$q-f/bc/hf" "$VALID" 500000
   done
-  stage "one table of the BCs on validation pages"
+  table_stage
+}
+
+# table_stage: every validation run so far in one table, clean BC first (the paired differences are against it)
+table_stage() {
+  local q s reuse=""
+  for q in clean mistakes25 mistakes25-f mistakes50 mistakes50-f detours50 detours100; do
+    for s in "" -rl-s0 -rl-s1; do
+      [ -s "$OUT/valid/$q$s/results.json" ] && reuse="$reuse,$OUT/valid/$q$s"
+    done
+  done
+  stage "one table of the validation runs"
   $PY eval.py --model "" --reuse "${reuse#,}" --tasks "$TASKS" --episodes "$VALID" --seed-start 500000 --samples 2 \
     --greedy --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/valid/table"
+}
+
+# test_stage QUALITY...: rule 6, the held-out pages (env.EVAL_SEEDS, eval.py's default), once; every model in one
+# evaluation (clean BC first)
+test_stage() {
+  local q s models="clean=$OUT/clean/bc/hf"
+  for q in "$@"; do
+    models="$models,$q=$OUT/$q/bc/hf"
+    [[ $q != mistakes* ]] || models="$models,$q-f=$OUT/$q-f/bc/hf"
+    for s in 0 1; do models="$models,$q-rl-s$s=$OUT/$q/rl-s$s/hf"; done
+  done
+  [ -s "$OUT/test/results.json" ] || { stage "the test run: $models ($TEST pages per task)"
+    # shellcheck disable=SC2086  # IN_PLACE: no word, or one
+    $PY eval.py --model "$models" --tasks "$TASKS" --episodes "$TEST" --samples 2 --greedy --prompt short \
+      --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$OUT/test" $IN_PLACE; }
 }
 
 # rl_stage QUALITY...: M-GRPO from the BC of each chosen quality (rule 4, by hand from the table), seeds 0 and 1
@@ -82,11 +113,14 @@ rl_stage() {
       evaluate "$OUT/valid/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$VALID" 500000
     done
   done
+  table_stage
 }
 
 case "${1:-bc}" in
-  bc) bc_stage ;;
+  bc) shift || true; bc_stage "$@" ;;
   rl) shift; rl_stage "$@" ;;
-  *) echo "usage: demo_quality.sh [bc | rl QUALITY...]" >&2; exit 2 ;;
+  table) table_stage ;;
+  test) shift; test_stage "$@" ;;
+  *) echo "usage: demo_quality.sh [bc [QUALITY...] | rl QUALITY... | table | test QUALITY...]" >&2; exit 2 ;;
 esac
 stage "done in $(( $(date +%s) - start ))s"

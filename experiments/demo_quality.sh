@@ -42,13 +42,13 @@ declare -A QUALITY=([clean]="" [mistakes25]="--mistakes 0.25" [mistakes50]="--mi
 FILES=(clean mistakes25 mistakes50 detours50 detours100)
 mkdir -p "$OUT"
 
-# evaluate DIR NAME=PATH PAGES SEED_START: T = 1 x 2 samples and greedy of one model (joined later with --reuse),
-# unless done
+# evaluate DIR NAME=PATH PAGES [SEED_START]: T = 1 x 2 samples and greedy of one model (joined later with --reuse),
+# unless done; without SEED_START on the held-out pages
 evaluate() {
-  [ -s "$1/results.json" ] || { stage "evaluation: $2 ($3 pages per task from seed $4)"
-    # shellcheck disable=SC2086  # IN_PLACE: no word, or one
-    $PY eval.py --model "$2" --tasks "$TASKS" --episodes "$3" --seed-start "$4" --samples 2 --greedy --prompt short \
-      --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1" $IN_PLACE; }
+  [ -s "$1/results.json" ] || { stage "evaluation: $2 ($3 pages per task${4:+ from seed $4})"
+    # shellcheck disable=SC2086  # IN_PLACE and the seed flag: no word, or words
+    $PY eval.py --model "$2" --tasks "$TASKS" --episodes "$3" ${4:+--seed-start $4} --samples 2 --greedy \
+      --prompt short --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1" $IN_PLACE; }
 }
 
 bc_stage() {
@@ -87,33 +87,24 @@ table_stage() {
     --greedy --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/valid/table"
 }
 
-# test_stage QUALITY...: rule 6, the held-out pages (env.EVAL_SEEDS, eval.py's default), once; every model in one
-# evaluation (clean BC first)
+# test_stage QUALITY...: rule 6, once: clean BC and each QUALITY's BC, filtered twin and RL seeds on the held-out
+# pages (env.EVAL_SEEDS, eval.py's default), each model alone, then one paired table (clean BC first)
 test_stage() {
-  local q s models="clean=$OUT/clean/bc/hf"
+  local q s name names="clean" reuse=""
   for q in "$@"; do
-    models="$models,$q=$OUT/$q/bc/hf"
-    [[ $q != mistakes* ]] || models="$models,$q-f=$OUT/$q-f/bc/hf"
-    for s in 0 1; do models="$models,$q-rl-s$s=$OUT/$q/rl-s$s/hf"; done
+    names="$names $q"; [[ $q != mistakes* ]] || names="$names $q-f"
   done
-  [ -s "$OUT/test/results.json" ] || { stage "the test run: $models ($TEST pages per task)"
-    # shellcheck disable=SC2086  # IN_PLACE: no word, or one
-    $PY eval.py --model "$models" --tasks "$TASKS" --episodes "$TEST" --samples 2 --greedy --prompt short \
-      --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$OUT/test" $IN_PLACE; }
-}
-
-# rl_stage QUALITY...: M-GRPO from the BC of each chosen quality (rule 4, by hand from the table), seeds 0 and 1
-rl_stage() {
-  local q s
+  for name in $names; do
+    evaluate "$OUT/test/$name" "$name=$OUT/$name/bc/hf" "$TEST"; reuse="$reuse,$OUT/test/$name"
+  done
   for q in "$@"; do
     for s in 0 1; do
-      [ -s "$OUT/$q/rl-s$s/hf/config.json" ] || { stage "M-GRPO from BC on $q, seed $s"
-        # shellcheck disable=SC2086  # the flags split into words
-        rl "$OUT/$q/bc/hf" "$OUT/$q/rl-s$s" "$RL_DEMO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE --seed "$s"; }
-      evaluate "$OUT/valid/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$VALID" 500000
+      evaluate "$OUT/test/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$TEST"; reuse="$reuse,$OUT/test/$q-rl-s$s"
     done
   done
-  table_stage
+  stage "one table of the test run"
+  $PY eval.py --model "" --reuse "${reuse#,}" --tasks "$TASKS" --episodes "$TEST" --samples 2 --greedy --prompt short \
+    --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/test/table"
 }
 
 case "${1:-bc}" in

@@ -25,6 +25,9 @@
 #  6. The test run last, once, on held-out pages (env.EVAL_SEEDS, 50 per task, T = 1 x 2 and greedy): clean BC,
 #     each chosen imperfect BC, its filtered twin (kind a) and both RL seeds. The targets: M-GRPO - BC
 #     >= +5 at >= 3 SE at T = 1 in both seeds, and (kind a) above the filtered BC. Reported whatever the numbers.
+#     Last for each kind: a kind whose choices are all made (its quality, BC, RL) may be tested before the other
+#     kind's runs, since nothing of the other kind is chosen on its test pages; each model is evaluated alone on
+#     the same pages and joined, so the table grows and no model is evaluated twice.
 # A stage whose output exists is not run again.
 #   bash experiments/demo_quality.sh [bc [QUALITY...]]  the data, the BCs and their validation (all qualities, or
 #                                                       those named, e.g. mistakes50: its -f twin comes with it)

@@ -90,6 +90,20 @@ table_stage() {
     --greedy --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/valid/table"
 }
 
+# rl_stage QUALITY...: M-GRPO from the BC of each chosen quality (rule 4, by hand from the table), seeds 0 and 1
+rl_stage() {
+  local q s
+  for q in "$@"; do
+    for s in 0 1; do
+      [ -s "$OUT/$q/rl-s$s/hf/config.json" ] || { stage "M-GRPO from BC on $q, seed $s"
+        # shellcheck disable=SC2086  # the flags split into words
+        rl "$OUT/$q/bc/hf" "$OUT/$q/rl-s$s" "$RL_DEMO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE --seed "$s"; }
+      evaluate "$OUT/valid/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$VALID" 500000
+    done
+  done
+  table_stage
+}
+
 # test_stage QUALITY...: rule 6, once: clean BC and each QUALITY's BC, filtered twin and RL seeds on the held-out
 # pages (env.EVAL_SEEDS, eval.py's default), each model alone, then one paired table (clean BC first)
 test_stage() {

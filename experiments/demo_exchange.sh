@@ -60,8 +60,8 @@ gain() {
     --episodes "$VALID" --seed-start 500000 --samples 2 --greedy --prompt short --max-new-tokens "$NEW" \
     --max-steps 6 --out "$dir" > /dev/null
   $PY -c 'import json, sys; p = json.load(open(sys.argv[1]))["paired"][sys.argv[3] + " - " + sys.argv[2]]
-print(f"{100 * p[\"diff\"]:+.1f} +- {100 * p[\"stderr\"]:.1f}", "yes" if p["diff"] >= p["stderr"] else "no")' \
-    "$dir/results.json" "$1" "$2"
+d, se = 100 * p["diff"], 100 * p["stderr"]
+print(f"{d:+.1f} +- {se:.1f}", "yes" if d >= se else "no")' "$dir/results.json" "$1" "$2"
 }
 
 # chosen N: the BC of N that rule 2 chose (printed as its directory name), once its doublings are evaluated

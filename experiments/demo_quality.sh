@@ -32,7 +32,7 @@
 #   bash experiments/demo_quality.sh [bc [QUALITY...]]  the data, the BCs and their validation (all qualities, or
 #                                                       those named, e.g. mistakes50: its -f twin comes with it)
 #   bash experiments/demo_quality.sh rl QUALITY...      M-GRPO from the qualities rule 4 chose, seeds 0 and 1
-#   bash experiments/demo_quality.sh table              one paired table of every validation run so far
+#   bash experiments/demo_quality.sh table [test]       one paired table of every validation (test) run so far
 #   bash experiments/demo_quality.sh test QUALITY...    rule 6, once: the held-out pages of clean BC and each QUALITY's
 #                                                       BC, filtered twin and RL seeds, in one paired table
 set -euo pipefail
@@ -74,20 +74,23 @@ bc_stage() {
     evaluate "$OUT/valid/$q" "$q=$OUT/$q/bc/hf" "$VALID" 500000
     [[ $q != mistakes* ]] || evaluate "$OUT/valid/$q-f" "$q-f=$OUT/$q-f/bc/hf" "$VALID" 500000
   done
-  table_stage
+  table_stage valid
 }
 
-# table_stage: every validation run so far in one table, clean BC first (the paired differences are against it)
+# table_stage SPLIT: every run evaluated on SPLIT (valid: the validation pages; test: the held-out ones) so far in
+# one table, clean BC first (the paired differences are against it)
 table_stage() {
-  local q s reuse=""
+  local q s reuse="" pages=$VALID seeds="--seed-start 500000"
+  [ "$1" = valid ] || { pages=$TEST; seeds=""; }
   for q in clean mistakes25 mistakes25-f mistakes50 mistakes50-f detours50 detours100; do
     for s in "" -rl-s0 -rl-s1; do
-      [ -s "$OUT/valid/$q$s/results.json" ] && reuse="$reuse,$OUT/valid/$q$s"
+      [ -s "$OUT/$1/$q$s/results.json" ] && reuse="$reuse,$OUT/$1/$q$s"
     done
   done
-  stage "one table of the validation runs"
-  $PY eval.py --model "" --reuse "${reuse#,}" --tasks "$TASKS" --episodes "$VALID" --seed-start 500000 --samples 2 \
-    --greedy --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/valid/table"
+  stage "one table of the $1 runs"
+  # shellcheck disable=SC2086  # the seed flag: no word, or words
+  $PY eval.py --model "" --reuse "${reuse#,}" --tasks "$TASKS" --episodes "$pages" $seeds --samples 2 --greedy \
+    --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/$1/table"
 }
 
 # rl_stage QUALITY...: M-GRPO from the BC of each chosen quality (rule 4, by hand from the table), seeds 0 and 1
@@ -101,7 +104,7 @@ rl_stage() {
       evaluate "$OUT/valid/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$VALID" 500000
     done
   done
-  table_stage
+  table_stage valid
 }
 
 # test_stage QUALITY...: rule 6, once: clean BC and each QUALITY's BC, filtered twin and RL seeds on the held-out
@@ -119,16 +122,14 @@ test_stage() {
       evaluate "$OUT/test/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$TEST"; reuse="$reuse,$OUT/test/$q-rl-s$s"
     done
   done
-  stage "one table of the test run"
-  $PY eval.py --model "" --reuse "${reuse#,}" --tasks "$TASKS" --episodes "$TEST" --samples 2 --greedy --prompt short \
-    --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/test/table"
+  table_stage test
 }
 
 case "${1:-bc}" in
   bc) shift || true; bc_stage "$@" ;;
   rl) shift; rl_stage "$@" ;;
-  table) table_stage ;;
+  table) table_stage "${2:-valid}" ;;
   test) shift; test_stage "$@" ;;
-  *) echo "usage: demo_quality.sh [bc [QUALITY...] | rl QUALITY... | table | test QUALITY...]" >&2; exit 2 ;;
+  *) echo "usage: demo_quality.sh [bc [QUALITY...] | rl QUALITY... | table [test] | test QUALITY...]" >&2; exit 2 ;;
 esac
 stage "done in $(( $(date +%s) - start ))s"

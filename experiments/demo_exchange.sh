@@ -28,7 +28,6 @@
 #   bash experiments/demo_exchange.sh bc [N...]      the data, the BCs (doubling by rule 2) and their validation
 #   bash experiments/demo_exchange.sh rl [SEED...]   M-GRPO from N = 20's BC, 128 steps (seeds 0 1 by default)
 #   bash experiments/demo_exchange.sh test           the held-out evaluation of rule 5 and the figure
-# BC20=PATH takes N = 20's BC 300 from an earlier make demo (the same data and recipe: the same weights bit for bit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, IN_PLACE, stage, bc, rl
@@ -72,9 +71,6 @@ bc_stage() {
   for n in "${@:-${NS[@]}}"; do
     [ -s "$OUT/n$n/demos.jsonl" ] || { stage "demonstrations: $n per task"; mkdir -p "$OUT/n$n"
       $PY experts.py --tasks "$TASKS" --episodes "$n" --out "$OUT/n$n/demos.jsonl"; }
-    if [ "$n" = 20 ] && [ -n "${BC20:-}" ] && [ ! -e "$OUT/n20/bc300/hf" ]; then
-      mkdir -p "$OUT/n20/bc300"; ln -s "$(realpath "$BC20")" "$OUT/n20/bc300/hf"
-    fi
     [ -s "$OUT/n$n/chosen" ] && continue
     s=300
     while :; do

@@ -30,7 +30,7 @@
 #   bash experiments/demo_exchange.sh test           the held-out evaluation of rule 5 and the figure
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, IN_PLACE, stage, bc, rl
+source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, IN_PLACE, stage, bc, rl, paper_eval
 OUT=${EXCHANGE_OUT:-runs/exchange}
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; VALID=25; TEST=50; RL_STEPS=128; CKPTS="32 64 128"
 NS=(20 40 80 160)
@@ -41,15 +41,6 @@ timed() {
   local t0; t0=$(date +%s)
   "${@:2}"
   printf '%s\t%s\n' "$1" "$(( $(date +%s) - t0 ))" >> "$OUT/minutes.tsv"
-}
-
-# evaluate DIR NAME=PATH[,...] PAGES [SEED_START]: T = 1 x 2 samples and greedy, unless done (held-out pages
-# without SEED_START)
-evaluate() {
-  [ -s "$1/results.json" ] || { stage "evaluation: $2 ($3 pages per task${4:+ from seed $4})"
-    # shellcheck disable=SC2086  # IN_PLACE and the seed flag: no word, or words
-    $PY eval.py --model "$2" --tasks "$TASKS" --episodes "$3" ${4:+--seed-start $4} --samples 2 --greedy \
-      --prompt short --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1" $IN_PLACE; }
 }
 
 # gain A B: B - A at T = 1 on validation pages, and whether it is >= 1 SE ("yes"/"no"), from one paired table
@@ -76,7 +67,7 @@ bc_stage() {
     while :; do
       [ -s "$OUT/n$n/bc$s/hf/config.json" ] || { stage "BC $s on $n demonstrations per task"
         timed "bc-n$n-s$s" bc "$OUT/n$n/demos.jsonl" "$OUT/n$n/bc$s" "$s" short "$BASE" 1e-3; }
-      evaluate "$OUT/valid/n$n-s$s" "n$n-s$s=$OUT/n$n/bc$s/hf" "$VALID" 500000
+      paper_eval "$OUT/valid/n$n-s$s" "n$n-s$s=$OUT/n$n/bc$s/hf" "$VALID" 500000
       [ "$n" = 20 ] && break                       # make demo's BC: converged at 300 (docs/history.md)
       [ "$s" -gt 300 ] || { s=$((s * 2)); continue; }
       verdict=$(gain "n$n-s$((s / 2))" "n$n-s$s")
@@ -105,12 +96,12 @@ rl_stage() {
 test_stage() {
   local n s seed reuse=""
   for n in "${NS[@]}"; do
-    evaluate "$OUT/test/n$n" "n$n=$OUT/n$n/$(chosen "$n")/hf" "$TEST"; reuse="$reuse,$OUT/test/n$n"
+    paper_eval "$OUT/test/n$n" "n$n=$OUT/n$n/$(chosen "$n")/hf" "$TEST"; reuse="$reuse,$OUT/test/n$n"
   done
   for seed in 0 1; do
     for s in $CKPTS; do
       [ -d "$OUT/rl-s$seed/step_$s/hf" ] || continue
-      evaluate "$OUT/test/rl-s$seed-$((s * B * G))" "rl-s$seed-$((s * B * G))=$OUT/rl-s$seed/step_$s/hf" "$TEST"
+      paper_eval "$OUT/test/rl-s$seed-$((s * B * G))" "rl-s$seed-$((s * B * G))=$OUT/rl-s$seed/step_$s/hf" "$TEST"
       reuse="$reuse,$OUT/test/rl-s$seed-$((s * B * G))"
     done
   done

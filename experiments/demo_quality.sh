@@ -37,22 +37,13 @@
 #                                                       BC, filtered twin and RL seeds, in one paired table
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_OPTIM, IN_PLACE, stage, bc, rl
+source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, IN_PLACE, stage, bc, rl, paper_eval
 OUT=${QUALITY_OUT:-runs/quality}
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; VALID=25; TEST=50
 declare -A QUALITY=([clean]="" [mistakes25]="--mistakes 0.25" [mistakes50]="--mistakes 0.5"
                     [detours50]="--detours 0.5" [detours100]="--detours 1.0")
 FILES=(clean mistakes25 mistakes50 detours50 detours100)
 mkdir -p "$OUT"
-
-# evaluate DIR NAME=PATH PAGES [SEED_START]: T = 1 x 2 samples and greedy of one model (joined later with --reuse),
-# unless done; without SEED_START on the held-out pages
-evaluate() {
-  [ -s "$1/results.json" ] || { stage "evaluation: $2 ($3 pages per task${4:+ from seed $4})"
-    # shellcheck disable=SC2086  # IN_PLACE and the seed flag: no word, or words
-    $PY eval.py --model "$2" --tasks "$TASKS" --episodes "$3" ${4:+--seed-start $4} --samples 2 --greedy \
-      --prompt short --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1" $IN_PLACE; }
-}
 
 bc_stage() {
   local q
@@ -71,8 +62,8 @@ bc_stage() {
     fi
   done
   for q in "${@:-${FILES[@]}}"; do
-    evaluate "$OUT/valid/$q" "$q=$OUT/$q/bc/hf" "$VALID" 500000
-    [[ $q != mistakes* ]] || evaluate "$OUT/valid/$q-f" "$q-f=$OUT/$q-f/bc/hf" "$VALID" 500000
+    paper_eval "$OUT/valid/$q" "$q=$OUT/$q/bc/hf" "$VALID" 500000
+    [[ $q != mistakes* ]] || paper_eval "$OUT/valid/$q-f" "$q-f=$OUT/$q-f/bc/hf" "$VALID" 500000
   done
   table_stage valid
 }
@@ -101,7 +92,7 @@ rl_stage() {
       [ -s "$OUT/$q/rl-s$s/hf/config.json" ] || { stage "M-GRPO from BC on $q, seed $s"
         # shellcheck disable=SC2086  # the flags split into words
         rl "$OUT/$q/bc/hf" "$OUT/$q/rl-s$s" "$RL_DEMO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE --seed "$s"; }
-      evaluate "$OUT/valid/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$VALID" 500000
+      paper_eval "$OUT/valid/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$VALID" 500000
     done
   done
   table_stage valid
@@ -115,11 +106,11 @@ test_stage() {
     names="$names $q"; [[ $q != mistakes* ]] || names="$names $q-f"
   done
   for name in $names; do
-    evaluate "$OUT/test/$name" "$name=$OUT/$name/bc/hf" "$TEST"; reuse="$reuse,$OUT/test/$name"
+    paper_eval "$OUT/test/$name" "$name=$OUT/$name/bc/hf" "$TEST"; reuse="$reuse,$OUT/test/$name"
   done
   for q in "$@"; do
     for s in 0 1; do
-      evaluate "$OUT/test/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$TEST"; reuse="$reuse,$OUT/test/$q-rl-s$s"
+      paper_eval "$OUT/test/$q-rl-s$s" "$q-rl-s$s=$OUT/$q/rl-s$s/hf" "$TEST"; reuse="$reuse,$OUT/test/$q-rl-s$s"
     done
   done
   table_stage test

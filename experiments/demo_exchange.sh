@@ -12,12 +12,12 @@
 #     (paired); at most 1,200 steps (a BC still gaining at 1,200 is reported as not converged). The N's BC is the
 #     S that doubling no longer beat. N = 20's is make demo's BC 300 (converged by the same rule).
 #  3. M-GRPO from N = 20's BC with make demo's flags for 128 steps of B 8 x G 8 (8,192 trajectories), checkpoints
-#     at steps 32, 64 and 128: 1x, 2x and 4x make demo's budget (after 4 warm-up steps the lr is constant, so step
-#     32 of this run is make demo's run); --seed 0 and --seed 1.
+#     at steps 32, 64 and 128: 1x, 2x and 4x make demo's budget (after 4 warm-up steps the lr is constant, so the
+#     first 32 steps are trained as make demo's run is); --seed 0 and --seed 1.
 #  4. Validation pages (choosing BC's steps only): 25 per task from seed 500000 (200 pages), T = 1 with 2 samples
 #     per page (common random numbers) and greedy beside it, at most 6 interactions.
 #  5. The figure's numbers, once, on held-out pages (env.EVAL_SEEDS, 50 per task, T = 1 x 2 and greedy): every
-#     chosen BC and every RL checkpoint in one evaluation, paired with N = 20's BC. Cost axes: demonstrations (N x
+#     chosen BC and every RL checkpoint, each alone on the same pages, joined into one table paired with N = 20's BC. Cost axes: demonstrations (N x
 #     8 tasks), RL trajectories, and minutes of this 2-core box (each training's wall time, in minutes.tsv; an RL
 #     checkpoint's share of its run in proportion to its steps). The exchange rate: the N at which BC's curve
 #     (linear between the measured N) reaches RL's T = 1 success at each budget; one demonstration is worth

@@ -20,9 +20,9 @@
 #     chosen BC and every RL checkpoint, each alone on the same pages, joined into one table paired with N = 20's
 #     BC. Cost axes: demonstrations (N x 8 tasks), RL trajectories, and minutes of this 2-core box (each training's
 #     wall time, in minutes.tsv; an RL checkpoint's share of its run in proportion to its steps). The exchange
-#     rate: the N at which BC's curve
-#     (linear between the measured N) reaches RL's T = 1 success at each budget; one demonstration is worth
-#     trajectories / ((N - 20) x 8) trajectories there (undefined where RL stays below BC at 20 + 1 SE).
+#     rate: the N at which BC's curve (linear between the measured N) reaches RL's T = 1 success at each budget;
+#     one demonstration is worth trajectories / ((N - 20) x 8) trajectories there (undefined where RL stays below
+#     BC at 20 + 1 SE).
 #  6. The issue's target: M-GRPO closes >= half of the 20 -> 80 gap at T = 1 within 4x (the moonshot: within 1x).
 #     Reported whatever the numbers are.
 # A stage whose output exists is not run again (an RL run that stopped resumes from its last checkpoint).

@@ -15,7 +15,8 @@ from pathlib import Path
 WHAT = ("issue 57, experiments/demo_quality.sh: BC on clean vs imperfect demonstrations and M-GRPO from them, {pages}"
         ", T = 1 x 2 samples with common noise and greedy, <= 6 interactions; outcome per (task/seed, decoding, "
         "sample) 0 or 1")
-PAGES = {"valid": "validation pages (seeds 500000.., 25 per task)", "test": "held-out pages (env.EVAL_SEEDS, 50 per task)"}
+PAGES = {"valid": "validation pages (seeds 500000.., 25 per task)",
+         "test": "held-out pages (env.EVAL_SEEDS, 50 per task)"}
 
 
 def keep(root: Path, split: str, out: Path) -> None:

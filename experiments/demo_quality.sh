@@ -71,11 +71,13 @@ bc_stage() {
 # table_stage SPLIT: every run evaluated on SPLIT (valid: the validation pages; test: the held-out ones) so far in
 # one table, clean BC first (the paired differences are against it)
 table_stage() {
-  local q s reuse="" pages=$VALID seeds="--seed-start 500000"
+  local q name s reuse="" pages=$VALID seeds="--seed-start 500000"
   [ "$1" = valid ] || { pages=$TEST; seeds=""; }
-  for q in clean mistakes25 mistakes25-f mistakes50 mistakes50-f detours50 detours100; do
-    for s in "" -rl-s0 -rl-s1; do
-      [ -s "$OUT/$1/$q$s/results.json" ] && reuse="$reuse,$OUT/$1/$q$s"
+  for q in "${FILES[@]}"; do
+    for name in "$q" "$q-f"; do             # the successes-only twin, where there is one
+      for s in "" -rl-s0 -rl-s1; do
+        [ -s "$OUT/$1/$name$s/results.json" ] && reuse="$reuse,$OUT/$1/$name$s"
+      done
     done
   done
   stage "one table of the $1 runs"

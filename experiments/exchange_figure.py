@@ -28,9 +28,9 @@ def crossing(bc: list[tuple[int, float]], target: float) -> float | None:
     return None
 
 
-def load(out: Path) -> tuple[list[dict], dict[str, float]]:
-    """The rows of the held-out table (name, N or trajectories, T = 1 and greedy success, paired difference) and
-    the training seconds by name."""
+def load(out: Path) -> list[dict]:
+    """The rows of the held-out table: name, N or trajectories, T = 1 and greedy success, the paired difference,
+    and the training minutes (from minutes.tsv)."""
     table = json.loads((out / "test" / "table" / "results.json").read_text())
     seconds = {}
     for line in (out / "minutes.tsv").read_text().splitlines() if (out / "minutes.tsv").exists() else []:
@@ -53,7 +53,7 @@ def load(out: Path) -> tuple[list[dict], dict[str, float]]:
             row.update(demos=20, trajectories=traj, seed=seed,
                        minutes=(seconds.get("bc-n20-s300", float("nan")) + share * rl_seconds) / 60)
         rows.append(row)
-    return rows, seconds
+    return rows
 
 
 def main() -> None:
@@ -61,7 +61,7 @@ def main() -> None:
     p.add_argument("--out", default="runs/exchange", help="demo_exchange.sh's output directory")
     args = p.parse_args()
     out = Path(args.out)
-    rows, _ = load(out)
+    rows = load(out)
     print("| model | demonstrations per task | RL trajectories | training minutes | SR, T = 1 | SE | SR, greedy |"
           " vs BC on 20 (T = 1, paired) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -54,9 +54,7 @@ bc_stage() {
       # shellcheck disable=SC2086  # the quality flags split into words
       $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/$q/demos.jsonl" ${QUALITY[$q]}; }
     [ -s "$OUT/$q/bc/hf/config.json" ] || { stage "BC 300 on $q (unfiltered)"
-      $PY train_bc.py --model "$BASE" --data "$OUT/$q/demos.jsonl" --out "$OUT/$q/bc" --max-steps 300 \
-        --batch-size 16 --micro-batch 16 --lr 1e-3 --warmup-frac 0.05 --prompt short --torch-threads 0 \
-        --no-only-successes; }
+      bc "$OUT/$q/demos.jsonl" "$OUT/$q/bc" 300 short "$BASE" 1e-3 --no-only-successes; }
     if [[ $q == mistakes* ]] && [ ! -s "$OUT/$q-f/bc/hf/config.json" ]; then stage "BC 300 on $q, successes only"
       bc "$OUT/$q/demos.jsonl" "$OUT/$q-f/bc" 300 short "$BASE" 1e-3
     fi

@@ -30,12 +30,13 @@ BASE=assets/tiny-web-base               # the same model pretrained on synthetic
 start=$(date +%s)
 stage() { echo; echo "==== [$(( $(date +%s) - start ))s] $* ===="; }
 
-# bc DEMOS OUT STEPS PROMPT [INIT [LR]]: behavior cloning of INIT (default $MODEL at lr 2e-3; no browser runs
-# during BC: every core), batches of $BC_BATCH demonstration steps (16; the smoke sizes take 4)
+# bc DEMOS OUT STEPS PROMPT [INIT [LR [FLAGS...]]]: behavior cloning of INIT (default $MODEL at lr 2e-3; no browser
+# runs during BC: every core), batches of $BC_BATCH demonstration steps (16; the smoke sizes take 4); FLAGS: more
+# train_bc flags (e.g. --no-only-successes)
 BC_BATCH=16
 bc() {
   $PY train_bc.py --model "${5:-$MODEL}" --data "$1" --out "$2" --max-steps "$3" --batch-size "$BC_BATCH" \
-    --micro-batch "$BC_BATCH" --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" --torch-threads 0
+    --micro-batch "$BC_BATCH" --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" --torch-threads 0 "${@:7}"
 }
 
 # rl INIT OUT STEPS NEW [FLAGS...]: M-GRPO on $TASKS, $B tasks x G=$G per step, <= $TURNS interactions, lr 1e-4 (the

@@ -64,7 +64,7 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "make demo first" not in log                   # it reused the demo's run
-    for results in ("tts", "plain/eval", "cot/eval", "zero/eval", "r1zero/eval"):
+    for results in ("tts", "plain/eval", "cot/eval", "zero/eval", "r1zero/eval", "quality/eval"):
         assert (out / results / "results.json").exists(), results
     r1zero = (out / "r1zero" / "eval" / "results.md").read_text()
     assert "| base |" in r1zero and "| r1-zero |" in r1zero and "| r1-zero - base |" in r1zero
@@ -74,6 +74,11 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     assert all(len(s["response"]) > 150 for r in cot for s in r["steps"])            # long thoughts
     plain = [json.loads(line) for line in (out / "plain" / "demos.jsonl").read_text().splitlines()]
     assert all("<think>" not in s["response"] for r in plain for s in r["steps"])
+    quality = [json.loads(line) for line in (out / "quality" / "demos.jsonl").read_text().splitlines()]
+    assert {r.get("imperfection") for r in quality} & {"wrong-element", "early-submit"}   # --mistakes 0.5
+    table = (out / "quality" / "eval" / "results.md").read_text()
+    for row in ("| bc |", "| bc-mistakes |", "| rl-mistakes - bc-mistakes |", "| bc-mistakes - bc |"):
+        assert row in table and row in log            # make demo's run joined; the table printed at the end
 
 
 def check_suite_smoke(out: Path, returncode: int, log: str) -> None:

@@ -45,6 +45,9 @@ declare -A QUALITY=([clean]="" [mistakes25]="--mistakes 0.25" [mistakes50]="--mi
 FILES=(clean mistakes25 mistakes50 detours50 detours100)
 mkdir -p "$OUT"
 
+# twin QUALITY: whether QUALITY's file has a successes-only twin QUALITY-f (kind a: its failing episodes filtered out)
+twin() { [[ $1 == mistakes* ]]; }
+
 bc_stage() {
   local q
   for q in "${@:-${FILES[@]}}"; do
@@ -55,13 +58,13 @@ bc_stage() {
       $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/$q/demos.jsonl" ${QUALITY[$q]}; }
     [ -s "$OUT/$q/bc/hf/config.json" ] || { stage "BC 300 on $q (unfiltered)"
       bc "$OUT/$q/demos.jsonl" "$OUT/$q/bc" 300 short "$BASE" 1e-3 --no-only-successes; }
-    if [[ $q == mistakes* ]] && [ ! -s "$OUT/$q-f/bc/hf/config.json" ]; then stage "BC 300 on $q, successes only"
+    if twin "$q" && [ ! -s "$OUT/$q-f/bc/hf/config.json" ]; then stage "BC 300 on $q, successes only"
       bc "$OUT/$q/demos.jsonl" "$OUT/$q-f/bc" 300 short "$BASE" 1e-3
     fi
   done
   for q in "${@:-${FILES[@]}}"; do
     paper_eval "$OUT/valid/$q" "$q=$OUT/$q/bc/hf" "$VALID" 500000
-    [[ $q != mistakes* ]] || paper_eval "$OUT/valid/$q-f" "$q-f=$OUT/$q-f/bc/hf" "$VALID" 500000
+    ! twin "$q" || paper_eval "$OUT/valid/$q-f" "$q-f=$OUT/$q-f/bc/hf" "$VALID" 500000
   done
   table_stage valid
 }
@@ -72,7 +75,7 @@ table_stage() {
   local q name s reuse="" pages=$VALID seeds="--seed-start 500000"
   [ "$1" = valid ] || { pages=$TEST; seeds=""; }
   for q in "${FILES[@]}"; do
-    for name in "$q" "$q-f"; do             # the successes-only twin, where there is one
+    for name in "$q" "$q-f"; do             # and its successes-only twin, where there is one
       for s in "" -rl-s0 -rl-s1; do
         [ -s "$OUT/$1/$name$s/results.json" ] && reuse="$reuse,$OUT/$1/$name$s"
       done
@@ -103,7 +106,7 @@ rl_stage() {
 test_stage() {
   local q s name names="clean" reuse=""
   for q in "$@"; do
-    names="$names $q"; [[ $q != mistakes* ]] || names="$names $q-f"
+    names="$names $q"; ! twin "$q" || names="$names $q-f"
   done
   for name in $names; do
     paper_eval "$OUT/test/$name" "$name=$OUT/$name/bc/hf" "$TEST"; reuse="$reuse,$OUT/test/$name"

@@ -16,7 +16,7 @@
 #           half the episodes carry a failing mistake (experts.py --mistakes 0.5, cloned unfiltered), then M-GRPO
 #           from it with make demo's budget and flags (--seed QUALITY_SEED, default 0), both evaluated on make
 #           demo's held-out pages at its decoding; make demo's own evaluation (MAIN_EVAL, default runs/demo/eval)
-#           joins the table when it is there, so the clean BC is paired with both. ~37 minutes. The filtered twin,
+#           joins the table when it is there, so the clean BC is paired with both. 36 minutes. The filtered twin,
 #           the second seed and the rule that chose the rate: experiments/demo_quality.sh (docs/results.md)
 #
 # It reuses that demo run (DEMO_OUT, default runs/demo-scratch: its demos, BC and RL models) and runs it first
@@ -100,11 +100,16 @@ for s in $STAGES; do
     # shellcheck disable=SC2086  # the flags split into words
     TASKS=$Q_TASKS B=$Q_B G=$Q_G TURNS=$Q_TURNS rl "$OUT/quality/bc/hf" "$OUT/quality/rl" "$Q_STEPS" "$Q_NEW" $Q_FLAGS \
       --seed "$QUALITY_SEED"
-    reuse=""; [ -s "$MAIN_EVAL/results.json" ] && reuse=$MAIN_EVAL    # make demo's base, BC and RL: the clean rows
+    q_eval=(--tasks "$Q_TASKS" --episodes "$Q_EVAL" --samples "$EVAL_SAMPLES" --greedy --prompt short
+            --max-new-tokens "$Q_NEW" --max-steps "$Q_TURNS")
     # shellcheck disable=SC2086  # IN_PLACE: no word, or one
-    $PY eval.py --model "bc-mistakes=$OUT/quality/bc/hf,rl-mistakes=$OUT/quality/rl/hf" --tasks "$Q_TASKS" \
-      --episodes "$Q_EVAL" --samples "$EVAL_SAMPLES" --greedy --prompt short --max-new-tokens "$Q_NEW" \
-      --max-steps "$Q_TURNS" --concurrency 8 --out "$OUT/quality/eval" $IN_PLACE ${reuse:+--reuse "$reuse"} ;;
+    $PY eval.py --model "bc-mistakes=$OUT/quality/bc/hf,rl-mistakes=$OUT/quality/rl/hf" "${q_eval[@]}" \
+      --concurrency 8 --out "$OUT/quality/eval" $IN_PLACE
+    rm -rf "$OUT/quality/table"       # make demo's base, BC and RL joined (clean BC paired with both), if it ran
+    if [ -s "$MAIN_EVAL/results.json" ]; then   # (with the same settings: eval.py names what differs, if anything)
+      $PY eval.py --model "" --reuse "$MAIN_EVAL,$OUT/quality/eval" "${q_eval[@]}" --out "$OUT/quality/table" \
+        || echo "$MAIN_EVAL not joined (above: why); the table is without make demo's rows" >&2
+    fi ;;
   *) echo "unknown stage $s (tts plain cot zero r1zero quality)" >&2; exit 2 ;;
   esac
   echo "stage $s done at $(( $(date +%s) - start ))s"
@@ -115,7 +120,10 @@ for d in tts/results.md plain/eval/results.md cot/eval/results.md zero/eval/resu
   [ -f "$OUT/$d" ] && { echo "== $OUT/$d"; sed -n '1,12p' "$OUT/$d"; }
 done
 # the quality table: every decoding side by side, with the paired differences (rl-mistakes - bc-mistakes: RL's lift)
-if [ -f "$OUT/quality/eval/results.md" ]; then
-  echo "== $OUT/quality/eval/results.md"
-  sed -n '/^## Every decoding/,/^## Prompting/p' "$OUT/quality/eval/results.md" | sed '$d'
-fi
+for d in quality/table quality/eval; do
+  if [ -f "$OUT/$d/results.md" ]; then
+    echo "== $OUT/$d/results.md"
+    sed -n '/^## Every decoding/,/^## Prompting/p' "$OUT/$d/results.md" | sed '$d'
+    break
+  fi
+done

@@ -76,7 +76,7 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     assert all("<think>" not in s["response"] for r in plain for s in r["steps"])
     quality = [json.loads(line) for line in (out / "quality" / "demos.jsonl").read_text().splitlines()]
     assert {r.get("imperfection") for r in quality} & {"wrong-element", "early-submit"}   # --mistakes 0.5
-    table = (out / "quality" / "eval" / "results.md").read_text()
+    table = (out / "quality" / "table" / "results.md").read_text()
     for row in ("| bc |", "| bc-mistakes |", "| rl-mistakes - bc-mistakes |", "| bc-mistakes - bc |"):
         assert row in table and row in log            # make demo's run joined; the table printed at the end
 

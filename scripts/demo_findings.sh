@@ -35,21 +35,20 @@ OUT=${FINDINGS_OUT:-runs/findings}
 STAGES=${FINDINGS:-tts plain cot zero r1zero quality}
 
 EPISODES=80; BC_STEPS=300; RL_STEPS=48; B=4; G=4; EVAL=20; NEW=64
-ZERO_STEPS=$RL_DEMO_STEPS; ZERO_B=$RL_DEMO_B; ZERO_G=$RL_DEMO_G; ZERO_EVAL=50          # the r1zero stage
+# make demo's RL budget and flags and its held-out pages per task: the r1zero and quality stages
+MAIN_STEPS=$RL_DEMO_STEPS; MAIN_B=$RL_DEMO_B; MAIN_G=$RL_DEMO_G; MAIN_FLAGS="$RL_DEMO_FLAGS $IN_PLACE"; MAIN_PAGES=50
 COT_NEW=192     # a long thought is ~100 tokens of the tiny tokenizer before the action
-TTS_STEPS=2,4,6,8,12; ZERO_FLAGS=""
-# the quality stage: make demo's tasks, data, BC and RL recipes, held-out pages and decoding (scripts/demo.sh)
-Q_TASKS=$MAIN_TASKS; Q_EPISODES=20; Q_BC_STEPS=300; Q_EVAL=50; Q_NEW=64; Q_TURNS=$TURNS
-Q_B=$RL_DEMO_B; Q_G=$RL_DEMO_G; Q_STEPS=$RL_DEMO_STEPS; Q_FLAGS="$RL_DEMO_FLAGS $IN_PLACE"
+TTS_STEPS=2,4,6,8,12
+# the quality stage: make demo's tasks, data, BC recipe and decoding (scripts/demo.sh)
+Q_TASKS=$MAIN_TASKS; Q_EPISODES=20; Q_BC_STEPS=300; Q_NEW=64; Q_TURNS=$TURNS
 MAIN_EVAL=${MAIN_EVAL:-runs/demo/eval}; QUALITY_SEED=${QUALITY_SEED:-0}
 if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
   TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=2; RL_STEPS=1; B=2; G=2; EVAL=1; BC_BATCH=4
-  MAIN_TASKS=$TASKS; ZERO_STEPS=1; ZERO_B=2; ZERO_G=2; ZERO_EVAL=1; IN_PLACE=""   # (in place: make demo's tasks only)
+  MAIN_TASKS=$TASKS; MAIN_STEPS=1; MAIN_B=2; MAIN_G=2; MAIN_PAGES=1; IN_PLACE=""   # (in place: make demo's tasks only)
   COT_NEW=64; TURNS=2   # the smoke's barely trained models write to the limit: shorter runs the same code
-  TTS_STEPS=1,2; ZERO_FLAGS="--eval-pages 1"   # a sweep of two budgets; the in-run check on one page per task
+  TTS_STEPS=1,2; MAIN_FLAGS="$RL_DEMO_FLAGS --eval-pages 1"   # a sweep of two budgets; the in-run check on one page per task
   # make demo's smoke settings and 2 tasks (scripts/demo.sh), so that its run in DEMO_OUT joins the table
-  Q_TASKS=$(echo "$Q_TASKS" | cut -d, -f1,8); Q_EPISODES=3; Q_BC_STEPS=2; Q_EVAL=1; Q_NEW=48; Q_TURNS=2
-  Q_B=2; Q_G=2; Q_STEPS=1; Q_FLAGS="$RL_DEMO_FLAGS --eval-pages 1"; MAIN_EVAL=$DEMO/eval
+  Q_TASKS=$(echo "$Q_TASKS" | cut -d, -f1,8); Q_EPISODES=3; Q_BC_STEPS=2; Q_NEW=48; Q_TURNS=2; MAIN_EVAL=$DEMO/eval
 fi
 mkdir -p "$OUT"
 
@@ -87,20 +86,19 @@ for s in $STAGES; do
     $PY eval.py --temperature 0 --model "r1-zero=$OUT/zero/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
       --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/zero/eval" ;;
   r1zero)
-    stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $ZERO_STEPS steps of $ZERO_B x G=$ZERO_G"
+    stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $MAIN_STEPS steps of $MAIN_B x G=$MAIN_G"
     # shellcheck disable=SC2086  # the flags split into words
-    TASKS=$MAIN_TASKS B=$ZERO_B G=$ZERO_G rl "$BASE" "$OUT/r1zero/rl" "$ZERO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE \
-      $ZERO_FLAGS
-    $PY eval.py --temperature 0 --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$ZERO_EVAL" \
+    TASKS=$MAIN_TASKS B=$MAIN_B G=$MAIN_G rl "$BASE" "$OUT/r1zero/rl" "$MAIN_STEPS" "$NEW" $MAIN_FLAGS
+    $PY eval.py --temperature 0 --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$MAIN_PAGES" \
       --prompt short --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/r1zero/eval" ;;
   quality)
     stage "where RL lifts BC: BC on demonstrations with failing mistakes (--mistakes 0.5), then M-GRPO, seed $QUALITY_SEED"
     $PY experts.py --tasks "$Q_TASKS" --episodes "$Q_EPISODES" --mistakes 0.5 --out "$OUT/quality/demos.jsonl"
     bc "$OUT/quality/demos.jsonl" "$OUT/quality/bc" "$Q_BC_STEPS" short "$BASE" 1e-3 --no-only-successes
     # shellcheck disable=SC2086  # the flags split into words
-    TASKS=$Q_TASKS B=$Q_B G=$Q_G TURNS=$Q_TURNS rl "$OUT/quality/bc/hf" "$OUT/quality/rl" "$Q_STEPS" "$Q_NEW" $Q_FLAGS \
+    TASKS=$Q_TASKS B=$MAIN_B G=$MAIN_G TURNS=$Q_TURNS rl "$OUT/quality/bc/hf" "$OUT/quality/rl" "$MAIN_STEPS" "$Q_NEW" $MAIN_FLAGS \
       --seed "$QUALITY_SEED"
-    q_eval=(--tasks "$Q_TASKS" --episodes "$Q_EVAL" --samples "$EVAL_SAMPLES" --greedy --prompt short
+    q_eval=(--tasks "$Q_TASKS" --episodes "$MAIN_PAGES" --samples "$EVAL_SAMPLES" --greedy --prompt short
             --max-new-tokens "$Q_NEW" --max-steps "$Q_TURNS")
     # shellcheck disable=SC2086  # IN_PLACE: no word, or one
     $PY eval.py --model "bc-mistakes=$OUT/quality/bc/hf,rl-mistakes=$OUT/quality/rl/hf" "${q_eval[@]}" \

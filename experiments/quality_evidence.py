@@ -52,6 +52,8 @@ def keep(root: Path, split: str, out: Path) -> None:
 
 def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/quality")
+    if root.name not in WHAT:
+        sys.exit(f"{root}: not an output of demo_quality.sh or demo_exchange.sh (runs/quality, runs/exchange)")
     evidence = Path(__file__).resolve().parent / "evidence"
     keep(root, "valid", Path(sys.argv[2]) if len(sys.argv) > 2 else evidence / f"issue57_{root.name}_validation.json")
     if (root / "test").exists():

@@ -56,6 +56,13 @@ d, se = 100 * p["diff"], 100 * p["stderr"]
 print(f"{d:+.1f} +- {se:.1f}", "yes" if d >= se else "no")' "$dir/results.json" "$1" "$2"
 }
 
+# bc_valid N S: BC of S steps on N demonstrations per task (trained once, timed) and its validation evaluation
+bc_valid() {
+  [ -s "$OUT/n$1/bc$2/hf/config.json" ] || { stage "BC $2 on $1 demonstrations per task"
+    timed "bc-n$1-s$2" bc "$OUT/n$1/demos.jsonl" "$OUT/n$1/bc$2" "$2" short "$BASE" 1e-3; }
+  paper_eval "$OUT/valid/n$1-s$2" "n$1-s$2=$OUT/n$1/bc$2/hf" "$VALID" 500000
+}
+
 # chosen N: the BC of N that rule 2 chose (printed as its directory name), once its doublings are evaluated
 chosen() { cat "$OUT/n$1/chosen"; }
 
@@ -67,9 +74,7 @@ bc_stage() {
     [ -s "$OUT/n$n/chosen" ] && continue
     s=300
     while :; do
-      [ -s "$OUT/n$n/bc$s/hf/config.json" ] || { stage "BC $s on $n demonstrations per task"
-        timed "bc-n$n-s$s" bc "$OUT/n$n/demos.jsonl" "$OUT/n$n/bc$s" "$s" short "$BASE" 1e-3; }
-      paper_eval "$OUT/valid/n$n-s$s" "n$n-s$s=$OUT/n$n/bc$s/hf" "$VALID" 500000
+      bc_valid "$n" "$s"
       [ "$n" = 20 ] && break                       # make demo's BC: converged at 300 (docs/history.md)
       [ "$s" -gt 300 ] || { s=$((s * 2)); continue; }
       verdict=$(gain "n$n-s$((s / 2))" "n$n-s$s")
@@ -98,9 +103,7 @@ rl_stage() {
 # N = 40's 300 -> 600 gained +8.2 +- 2.4, before this check ran: make demo's 300 steps were chosen by a greedy
 # check on other pages (docs/history.md). It reports; it does not change rule 2's choice or the RL runs' start.
 check20_stage() {
-  [ -s "$OUT/n20/bc600/hf/config.json" ] || { stage "BC 600 on 20 demonstrations per task (rule 2 at T = 1)"
-    timed "bc-n20-s600" bc "$OUT/n20/demos.jsonl" "$OUT/n20/bc600" 600 short "$BASE" 1e-3; }
-  paper_eval "$OUT/valid/n20-s600" "n20-s600=$OUT/n20/bc600/hf" "$VALID" 500000
+  bc_valid 20 600
   echo "BC on 20 per task, 300 -> 600 steps (the check): $(gain n20-s300 n20-s600) (>= 1 SE)" \
     | tee -a "$OUT/convergence.txt"
 }

@@ -108,10 +108,13 @@ check20_stage() {
     | tee -a "$OUT/convergence.txt"
 }
 
-# test_stage: rule 5, once: each chosen BC and RL checkpoint on the held-out pages, then one paired table and the figure
+# test_stage: rule 5, once: each chosen BC and RL checkpoint on the held-out pages, then one paired table and the
+# figure. A BC not chosen yet or an RL checkpoint not trained yet is left out; a later run evaluates it and joins the
+# table again (an evaluation already on disk is not run again), so the order of the stages changes no number.
 test_stage() {
   local n s seed reuse=""
   for n in "${NS[@]}"; do
+    [ -s "$OUT/n$n/chosen" ] || { echo "N = $n: no BC chosen yet (bc $n): left out of this table"; continue; }
     paper_eval "$OUT/test/n$n" "n$n=$OUT/n$n/$(chosen "$n")/hf" "$TEST"; reuse="$reuse,$OUT/test/n$n"
   done
   for seed in 0 1; do

@@ -34,7 +34,7 @@ def keep(root: Path, split: str, out: Path) -> None:
         recs = [json.loads(line) for line in (d / "trajectories.jsonl").read_text().splitlines()]
         model = Path(recs[0]["model"])
         if not model.is_absolute():
-            model = root.parent.parent / model           # runs/quality/... from the repository root
+            model = root.parent.parent / model           # runs/quality/..., runs/exchange/... from the repository root
         entry = {"sha256": hashlib.sha256((model / "model.safetensors").read_bytes()).hexdigest()}
         demos = model.parent.parent / "demos.jsonl"                  # NAME/bc*/hf cloned NAME/demos.jsonl
         if not demos.exists():                                         # a successes-only twin: NAME-f/bc/hf

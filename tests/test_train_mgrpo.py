@@ -3,6 +3,7 @@ model, MiniWoB++ in real Chromium): 3 M-GRPO steps from a BC checkpoint write me
 training-dynamics PNG, and a resume from the step-2 checkpoint continues at step 3; the loop learns a fixed page;
 the update scores actions at the rollout temperature; LoRA trains the adapters only; Ctrl-C on one of two ranks
 stops both at the same step. The vLLM backend's runs: tests/test_train_mgrpo_vllm.py."""
+import hashlib
 import json
 import os
 import subprocess
@@ -51,6 +52,37 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     state3 = json.loads((out / "step_3" / "trainer_state.json").read_text())
     assert state3["step"] == 3 and state3["cursor"] == state2["cursor"] + 2 * metrics(out)[3]["rollout/rounds"]
     assert "val/success_rate" in metrics(out)[3]      # the last step of a resumed run is validated too
+
+
+def _run_record(out) -> tuple[str, list[dict], list[dict]]:
+    """What a run wrote that must not depend on anything but its command: the sha256 of the published weights,
+    the per-step metrics without wall-clock times, and the logged trajectories."""
+    weights = hashlib.sha256((out / "hf" / "model.safetensors").read_bytes()).hexdigest()
+    rows = [{k: v for k, v in r.items() if k != "time" and not k.endswith("seconds")}
+            for r in metrics(out)]
+    trajs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    return weights, rows, trajs
+
+
+def test_mgrpo_same_command_same_run(half_right_bc, tmp_path):
+    """A run is a function of its command (issue 67): two runs of one 2-step command write the same trajectories,
+    the same metrics and bit-identical weights (sha256); a run stopped after step 1 and resumed equals the
+    uninterrupted one at step 2; another --seed gives other rollouts. The rollouts sample at T = 1 from seeds of
+    (--seed, group, task, page, index, turn) and decode in float64 on this CPU; the runs share the box with other
+    tests, so the browsers answer in another order each time."""
+    common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--tasks-per-step", "2",
+              "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short", "--lr", "1e-3",
+              "--save-every", "1", "--steps", "2", "--seed", "1"]
+    run_script("train_mgrpo.py", *common, "--out", str(tmp_path / "a"))
+    run_script("train_mgrpo.py", *common, "--out", str(tmp_path / "b"), "--steps", "1")
+    run_script("train_mgrpo.py", *common, "--out", str(tmp_path / "b"), "--resume")
+    run_script("train_mgrpo.py", *common, "--out", str(tmp_path / "c"), "--steps", "1", "--seed", "2")
+    a, b = _run_record(tmp_path / "a"), _run_record(tmp_path / "b")
+    assert [r["step"] for r in a[1]] == [1, 2] and a[1][0]["rollout/frac_zero_std"] < 1.0   # it learned
+    assert a[1] == b[1] and a[2] == b[2]
+    assert a[0] == b[0], "the resumed run's weights differ from the uninterrupted run's"
+    c = _run_record(tmp_path / "c")
+    assert c[2][0]["steps"] != a[2][0]["steps"] or c[1][0] != a[1][0], "--seed 2 rolled out what --seed 1 did"
 
 
 def test_mgrpo_fits_a_fixed_page(demos, tmp_path):

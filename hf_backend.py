@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import copy
 import functools
 import inspect
 import logging
@@ -447,6 +448,8 @@ class HFBackend:
     one token per row; ``gen_tokens / decode_steps`` is the mean batch). ``share_prefill=False``: every row
     prefilled in full (no prefix cache), for tests and benchmarks. ``prefix_cache_tokens``: the prefix cache's
     size in tokens (each token keeps 2 x layers x kv_heads x head_dim values: ~3 KB for make demo's model).
+    ``copy_dtype``: decode with a copy of ``model`` in this dtype (a trainer's float64 copy: its logits, rounded to
+    float32, do not depend on the batch), which ``take_weights`` refreshes after each update.
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
@@ -454,10 +457,10 @@ class HFBackend:
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 1024, temperature: float = 1.0,
                  top_p: float = 1.0, max_batch_size: int = 64, batch_window_s: float = 0.002,
                  stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True,
-                 decode: str = "auto", prefix_cache_tokens: int = 65536):
+                 decode: str = "auto", prefix_cache_tokens: int = 65536, copy_dtype: torch.dtype | None = None):
         if decode not in ("auto", "loop", "generate"):
             raise ValueError(f"decode={decode!r}: auto, loop or generate")
-        self.model, self.tokenizer = model, tokenizer
+        self.model, self.tokenizer = model if copy_dtype is None else copy.deepcopy(model).to(copy_dtype), tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s
         self.share_prefill = share_prefill
@@ -504,6 +507,19 @@ class HFBackend:
             self._pending.append(req)
         self._wake.set()
         return await req.future
+
+    @torch.no_grad()
+    def take_weights(self, module) -> None:
+        """Copy ``module``'s parameters into the backend's model when that is a copy of it (a trainer's float64
+        copy for batch-invariant generation: ``copy.deepcopy(module).double()``, so their parameters come in the
+        same order, a PEFT wrapper's names ending in the base model's); nothing to do when the backend runs
+        ``module`` itself. Call it only with no request in flight (the trainer's update runs then)."""
+        if self.model is module:
+            return
+        for (name, mine), (other, theirs) in zip(self.model.named_parameters(), module.named_parameters(),
+                                                 strict=True):
+            assert other.endswith(name), (name, other)
+            mine.copy_(theirs)
 
     async def logprobs_of(self, prompt_ids: Sequence[int], target_ids: Sequence[int]) -> list[float]:
         """``model_logprobs`` in a worker thread (the probe used after a weight push)."""

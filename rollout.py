@@ -58,6 +58,11 @@ class EpisodeConfig:
     """prompt + response tokens (paper: 16,384); the current observation is truncated to fit"""
     max_obs_chars: int = webenv.MAX_OBS_CHARS
     """observation length cap in characters (env side), the same for demonstrations, RL and evaluation"""
+    batch_invariant: bool = True
+    """HF backend on a CPU: decode with the model in float64 and round its logits to float32 before sampling (the
+    trainer: a float64 copy of its policy), so a response does not depend on the other requests of its batch or
+    on the thread count (bench/bench_eval.py, bench/bench_rl_step.py: what it costs); GPUs: vLLM's
+    VLLM_BATCH_INVARIANT=1 (docs/gpu.md)"""
     episode_timeout: float = 900.0
     """seconds one episode may take; a slower one ends with done_reason timeout and a fresh context"""
     miniwob_in_place: bool = False
@@ -135,14 +140,23 @@ class Trajectory:
 class Job:
     """One episode to run: the task (its seed and max_steps set), the RL group (or eval episode index) it
     belongs to, and where to save a screenshot per step (None: no screenshots). ``noise``: the base of its
-    requests' seeds (``request_seed``, with ``sample``, its index among the episodes of one page): common random
-    numbers, the episode's sampling the same whatever runs beside it; None (RL's rollouts): fresh noise from
-    the backend's own generator."""
+    requests' seeds (``request_seed``, with ``sample``, its index among the episodes of one page; RL: ``group_noise``
+    and the index in the group): the episode's sampling the same whatever runs beside it (evaluation: common
+    random numbers); None: fresh noise from the backend's own generator."""
     task: webenv.Task
     group: int = 0
     screenshot_dir: Path | None = None
     noise: int | None = None
     sample: int = 0
+
+
+def group_noise(seed: int, group: int) -> int:
+    """The noise base of an RL run's ``group``-th group (counted over the whole run, all ranks and sampling rounds,
+    so it names the step and the round); its trajectories' requests are ``request_seed(group_noise(seed, group),
+    task, page, index in group, turn)``: a rollout is a function of the weights, the run's seed and where it stands
+    in the run, never of its batch or of which browser answered first."""
+    key = f"m-grpo|{seed}|{group}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 def request_seed(noise: int, task_id: str, page: int, sample: int, turn: int) -> int:
@@ -332,8 +346,8 @@ async def rollouts(runner: Runner, backend, tokenizer, jobs: Sequence[Job], cfg:
 
 def trajectory_stats(trajs: list[Trajectory]) -> dict[str, float]:
     """What a batch of trajectories did (an RL step's ``rollout/*`` metrics): reward, success, response tokens,
-    turns, unparsable responses per turn, and the environment's failures, counted rather than hidden in the
-    success rate."""
+    turns, unparsable responses per turn, and the environment's failures (ended episodes, actions that timed
+    out), counted rather than hidden in the success rate."""
     n = max(len(trajs), 1)
     steps = sum(len(t.steps) for t in trajs)
     return {
@@ -343,8 +357,15 @@ def trajectory_stats(trajs: list[Trajectory]) -> dict[str, float]:
         "rollout/num_turns": steps / n,
         "rollout/parse_fail_rate": sum(t.parse_errors for t in trajs) / max(steps, 1),
         "rollout/env_errors": float(sum(t.env_error for t in trajs)),
+        "rollout/action_timeouts": float(sum(action_timed_out(st) for t in trajs for st in t.steps)),
         "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
     }
+
+
+def action_timed_out(step: dict) -> bool:
+    """Whether a step's action ran into its deadline (env's "... failed: timed out ..." error): a verdict the
+    page did not give, counted by RL (``rollout/action_timeouts``) and evaluation (``action_timeouts``) alike."""
+    return "timed out" in str(step.get("action_error") or "")
 
 
 def task_counts(trajs: list[Trajectory], tasks: Sequence[webenv.Task]) -> dict[str, float]:

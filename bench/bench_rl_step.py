@@ -7,7 +7,7 @@ step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
 A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
-reset=load|inplace``, with browser contexts of its own:
+reset=load|inplace,noise=free|seeded,dtype=float32|float64``, with browser contexts of its own:
 - gen: most rows the HF backend decodes at once (most prompts per generate call with decode=generate), 0 = all
   of the step's;
 - mb: action samples per forward of the update; update: train_mgrpo.update's ``fast`` (identical samples scored
@@ -17,12 +17,17 @@ reset=load|inplace``, with browser contexts of its own:
 - decode: the HF backend's continuous batching on its own decode loop (``loop``, the default) or dynamic batches
   of ``model.generate`` (``generate``, the code before issue 43);
 - reset: each episode loads its MiniWoB page again (``load``, the default) or restarts it in place in the context
-  that last ran its task (``inplace``: ``EpisodeConfig.miniwob_in_place``).
+  that last ran its task (``inplace``: ``EpisodeConfig.miniwob_in_place``);
+- noise: each request draws from the backend's shared generator (``free``, the code before issue 67) or from its
+  own seed (``seeded``: ``rollout.group_noise``, as train_mgrpo rolls out now); dtype: generation with the
+  trainer's float32 module, or with a float64 copy that takes its weights before each step (``float64``:
+  ``--batch-invariant``, train_mgrpo's default on a CPU).
 
-The default is issue 43's measurement, make demo's M-GRPO step (B 8 x G 8, one torch thread for generation) three
-ways: as the code of the issue's filing ran it (``filing``: ``model.generate`` batches, every page loaded again),
-with the decode loop (``loop``), and as make demo runs it now (``today``: the decode loop, pages restarted in
-place). Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
+The default is issue 67's measurement, make demo's M-GRPO step (B 8 x G 8, one torch thread for generation, the
+decode loop, pages restarted in place) three ways: as before the issue (``free``: shared noise, float32), with
+seeded requests (``seeded``), and as train_mgrpo runs it now (``invariant``: seeded, float64). Issue 43's was
+``"filing=8x8,gen=0,mb=16,update=fast,decode=generate,reset=load;loop=8x8,gen=0,mb=16,update=fast,decode=loop,
+reset=load;today=8x8,gen=0,mb=16,update=fast,decode=loop,reset=inplace"``. Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
 prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"`` (one argument); issue 43's first
 ``"generate=8x8,gen=0,mb=16,update=fast,decode=generate;loop=8x8,gen=0,mb=16,update=fast,decode=loop"``; its
 in-place restarts' ``"load=8x8,gen=0,mb=16,update=fast,reset=load;inplace=8x8,gen=0,mb=16,update=fast,reset=inplace"``.
@@ -38,6 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import env as webenv  # noqa: E402
@@ -45,7 +52,7 @@ import hf_backend  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402  (the batch and the update this bench times)
-from rollout import EpisodeConfig, Job, Runner, rollouts  # noqa: E402
+from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
 
 DEMO_TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,"
               "email-inbox-noscroll,email-inbox-forward-nl-turk,click-option")
@@ -58,11 +65,11 @@ class Args:
     """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
-    configs: str = ("filing=8x8,gen=0,mb=16,update=fast,decode=generate,reset=load;"
-                    "loop=8x8,gen=0,mb=16,update=fast,decode=loop,reset=load;"
-                    "today=8x8,gen=0,mb=16,update=fast,decode=loop,reset=inplace")
+    configs: str = ("free=8x8,gen=0,mb=16,update=fast,reset=inplace;"
+                    "seeded=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded;"
+                    "invariant=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded,dtype=float64")
     """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
-    reset=load|inplace"""
+    reset=load|inplace,noise=free|seeded,dtype=float32|float64"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
     max_turns: int = 6
@@ -87,6 +94,8 @@ class Config:
     share: bool
     decode: str = "loop"
     inplace: bool = False
+    seeded: bool = False
+    float64: bool = False
 
 
 def parse_configs(spec: str) -> list[Config]:
@@ -100,7 +109,8 @@ def parse_configs(spec: str) -> list[Config]:
         out.append(Config(name, B, G, int(kv.get("gen", 0)), int(kv.get("mb", 4)),
                           kv.get("update", "fast") == "fast", int(kv.get("threads", 1)),
                           kv.get("prefill", "shared") == "shared", kv.get("decode", "loop"),
-                          kv.get("reset", "load") == "inplace"))
+                          kv.get("reset", "load") == "inplace", kv.get("noise", "free") == "seeded",
+                          kv.get("dtype", "float32") == "float64"))
     return out
 
 
@@ -110,9 +120,11 @@ async def one_step(cfg: Config, k: int, runner: Runner, backends, tok, engine, r
     seconds, trajectories."""
     backend = backends[cfg.name]
     backend.max_batch_size = cfg.gen or cfg.B * cfg.G
+    backend.take_weights(engine.module)   # (a float64 copy: the weights the last update left)
     groups = train_mgrpo.step_tasks(tasks, k * cfg.B, cfg.B, seed=0)
-    jobs = [Job(dataclasses.replace(t, max_steps=args.max_turns), group=g) for g, t in enumerate(groups)
-            for _ in range(cfg.G)]
+    jobs = [Job(dataclasses.replace(t, max_steps=args.max_turns), group=g, sample=i,
+                noise=group_noise(0, k * cfg.B + g) if cfg.seeded else None)
+            for g, t in enumerate(groups) for i in range(cfg.G)]
     ep = EpisodeConfig(prompt="short", max_new_tokens=args.max_new_tokens, temperature=1.0)
     t0, before = time.perf_counter(), dict(backend.stats)
     trajs = await rollouts(runner, backend, tok, jobs, ep)
@@ -145,7 +157,7 @@ async def main(args: Args) -> None:
     for c in configs:   # one per configuration: its generation threads are set when its thread starts
         backends[c.name] = hf_backend.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
                                                 temperature=1.0, num_threads=c.threads, share_prefill=c.share,
-                                                decode=c.decode)
+                                                decode=c.decode, copy_dtype=torch.float64 if c.float64 else None)
     tasks = webenv.load_tasks(args.tasks)
     print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
           f"beta {args.beta}; {args.steps} steps per configuration after a warm-up step, taking turns")
@@ -169,15 +181,16 @@ async def main(args: Args) -> None:
             await b.aclose()
         for r in runners.values():
             await r.close()
-    print("\n| configuration | B x G | decode | reset | gen batch | micro-batch | update | prefill | gen threads "
-          "| rollout s / traj | update s / traj | trajectories / min | vs first |")
-    print("|---|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    print("\n| configuration | B x G | decode | reset | noise | dtype | gen batch | micro-batch | update | prefill "
+          "| gen threads | rollout s / traj | update s / traj | trajectories / min | vs first |")
+    print("|---|---|---|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
     first = None
     for c in configs:
         roll, upd, n = totals[c.name]
         per_min = 60.0 * n / (roll + upd)
         first = first or per_min
-        print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {'in place' if c.inplace else 'load'} | {c.gen or 'all'} "
+        print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {'in place' if c.inplace else 'load'} "
+              f"| {'seeded' if c.seeded else 'free'} | {'float64' if c.float64 else 'float32'} | {c.gen or 'all'} "
               f"| {c.mb} | {'fast' if c.fast else 'plain'} "
               f"| {'shared' if c.share else 'full'} | {c.threads} | {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} "
               f"| x{per_min / first:.2f} |")

@@ -49,8 +49,8 @@ How solvers behave (and how this departs from the paper)
 - Not covered: click-test-2 and click-button-sequence (the two buttons are placed at random and the
   one to click first is covered by the other in ~10% of seeds; the env clicks the element's centre,
   which then lands on the covering button), and tasks that need drag, canvas coordinates or copy-paste.
-- Demonstrations run with a 10 s action timeout (``ENV_KWARGS``) instead of env's 2 s, so that a
-  busy 2-core box does not fail them; observations are unaffected.
+- Demonstrations run with env's own deadlines, which never bind on a working page however busy the box
+  (env/execute.py), as RL and evaluation do.
 
 Seeds: ``--split train`` draws from ``env.DEMO_SEEDS`` (0 .. 99_999), ``--split eval`` from ``env.EVAL_SEEDS``
 (1_000_000 .. 1_999_999, used by the tests); RL rollouts (``env.RL_SEEDS``) and validation pages
@@ -107,10 +107,6 @@ log = logging.getLogger("experts")
 SPLITS = {"train": webenv.DEMO_SEEDS, "eval": webenv.EVAL_SEEDS}
 
 EPISODE_TIMEOUT_S = 60.0      # one demonstration, reset included
-# WebEnv options for demonstrations: a generous action timeout, so that a click on a loaded 2-core box
-# is not refused after env's default 2 s (the observations do not depend on it). The observation cap is
-# env's default, env.MAX_OBS_CHARS, the one RL and evaluation use too.
-ENV_KWARGS: dict[str, Any] = {"action_timeout_ms": 10_000}
 
 
 # ---- the demonstrator's hands: it reads the page, it acts only through env.step ----
@@ -1158,7 +1154,7 @@ async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwarg
 
     async with webenv.BrowserPool(**(pool_kwargs or {})) as pool, \
             Runner(pool, concurrency, timeout_s=EPISODE_TIMEOUT_S,
-                   env_kwargs=ENV_KWARGS if env_kwargs is None else env_kwargs) as runner:
+                   env_kwargs=env_kwargs or {}) as runner:
         results = await runner.run(jobs, lambda env, task: demonstrate(env, task, prompt, thoughts, quality),
                                    failed, done)
     if bar is not None:
@@ -1207,7 +1203,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--mistakes and --detours are fractions of episodes, >= 0 and together <= 1, not "
                          f"{args.mistakes} and {args.detours}")
     tasks = expand_tasks(args.tasks)
-    env_kwargs = dict(ENV_KWARGS, **({"max_obs_chars": args.max_obs_chars} if args.max_obs_chars else {}))
+    env_kwargs = {"max_obs_chars": args.max_obs_chars} if args.max_obs_chars else {}
     pool_kwargs = {"executable_path": args.chromium} if args.chromium else {}
     if args.browser_endpoint:
         pool_kwargs["endpoints"] = args.browser_endpoint

@@ -526,8 +526,8 @@ class WebEnv:
 
     def __init__(self, pool: BrowserPool, *, max_obs_chars: int | None = MAX_OBS_CHARS, max_repeats: int = 5,
                  max_parse_failures: int = 5, viewport: tuple[int, int] = (1280, 720),
-                 action_timeout_ms: int = 2_000, nav_timeout_ms: int = 15_000, load_timeout_ms: int = 5_000,
-                 idle_cap_ms: int = 1_000, eval_timeout_s: float = 10.0, wait_s: float = 1.0,
+                 action_timeout_ms: int = 60_000, nav_timeout_ms: int = 15_000, load_timeout_ms: int = 5_000,
+                 idle_cap_ms: int = 1_000, eval_timeout_s: float = 60.0, wait_s: float = 1.0,
                  tab_header: str = "auto", reuse_context: bool = True, max_context_episodes: int = 50,
                  families: Sequence[TaskFamily] = (), judge: Any = None, helpers: Any = None) -> None:
         self.pool = pool
@@ -535,6 +535,16 @@ class WebEnv:
         self.max_repeats = max_repeats          # K: stop after K identical actions in a row
         self.max_parse_failures = max_parse_failures  # K: stop after K unparseable responses in a row
         self.viewport = viewport
+        # Wall-clock deadlines, meant to end only a page that hangs, never a busy machine's slow one (at 64
+        # contexts on two busy cores one Playwright call took up to 14 s; bench/bench_verdicts.py):
+        # - action_timeout_ms: a Playwright action's, once execute.element_state found the element ready (so it
+        #   waits out no more than animations and the navigations the action started);
+        # - eval_timeout_s: an evaluate's, or another call's without a timeout of its own (a crash);
+        # - nav_timeout_ms, load_timeout_ms: a navigation's, the load event's after one;
+        # - idle_cap_ms: how long settle waits for requests in flight, a cap on waiting only (what the observation
+        #   needs of them, MiniWoB's icons, the family's drawn_js waits for, up to its drawn_wait_ms: neither
+        #   cap was reached at 64 contexts on busy cores).
+        # rollout.Runner's episode timeout bounds a whole episode besides.
         self.action_timeout_ms = action_timeout_ms
         self.nav_timeout_ms = nav_timeout_ms
         self.load_timeout_ms = load_timeout_ms

@@ -11,11 +11,22 @@ error text for the agent, or None. How each action runs (the paper's Table 6 nam
   to a <select multiple>. Switch Tab takes a tab index; Wait waits ``env.wait_s``.
 - alert/confirm/prompt dialogs are accepted by the env and their text reported in info["dialogs"].
 After the action the env waits on page events (``WebEnv.settle``), never a fixed sleep.
+
+Verdicts that do not depend on load (the verdict is the page's, never the machine's): before an action on an
+element, one evaluate (actionable.js, ``element_state``) reads what Playwright's call would wait for: an element
+gone, hidden, disabled, read-only or out of the viewport is an error at once, a covered one gets the click a
+person's would (the covering element). What is left to Playwright then completes on a working page,
+so its deadline, ``env.action_timeout_ms`` (wall-clock, 60 s by default), only ends a page that hangs, not a
+busy CPU's slow one (at 64 contexts on two busy cores: a Playwright call 14 s at most, a whole step 21 s;
+bench/RESULTS.md, "verdicts"); every call has such a finite deadline, and rollout.Runner's episode timeout bounds
+an episode besides. A Playwright call that did fail is still followed by ``settle`` (the action may have reached
+the page), so the step reads the page after it.
 """
 from __future__ import annotations
 
 import asyncio
 import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from playwright.async_api import Error as PlaywrightError
@@ -73,16 +84,21 @@ async def execute(env: ActingEnv, action: Action) -> str | None:
     watch.tab_opened.clear()
     loc = locator(env, el) if el is not None else None
     t = env.action_timeout_ms
+    state = "ok"
     try:
+        if loc is not None:
+            state = await element_state(env, loc, name)
+            if state not in ("ok", "covered"):
+                return f"{name} on element {el} failed: {STATE_ERRORS[state]}"
         if name == "go_backward" or name == "go_forward":
             go = page.go_back if name == "go_backward" else page.go_forward
             resp = await go(timeout=env.nav_timeout_ms, wait_until="domcontentloaded")
             if resp is None and watch.navs == navs:
                 return f"{name}(): there is no {'previous' if name == 'go_backward' else 'next'} page"
         elif name in ("Click", "Right Click"):
-            await _click(loc, "right" if name == "Right Click" else "left", t)
+            await _click(loc, "right" if name == "Right Click" else "left", t, force=state == "covered")
         elif name == "Hover":
-            await loc.hover(timeout=t)
+            await loc.hover(timeout=t, force=state == "covered")
         elif name in ("Type", "Search"):
             await _type(env, loc, action.argument or "")
             if name == "Search":
@@ -118,22 +134,48 @@ async def execute(env: ActingEnv, action: Action) -> str | None:
     except PlaywrightTimeoutError as e:
         if env.dead_reason():
             raise
-        return f"{name} on element {el} failed: timed out ({first_line(e)})"
+        error = f"{name} on element {el} failed: timed out ({first_line(e)})"
     except PlaywrightError as e:
         if env.dead_reason():
             raise
-        return f"{name} on element {el} failed: {first_line(e)}"
+        error = f"{name} on element {el} failed: {first_line(e)}"
+    else:
+        error = None
     await env.settle(env.page if env.page is not None else page, navs, opened)
-    return None
+    return error
 
 
-async def _click(loc: Any, button: str, timeout_ms: int) -> None:
+#: The agent's error text for each state of ``element_state`` that stops an action.
+STATE_ERRORS = {"missing": "it is no longer on the page", "hidden": "the element is not visible",
+                "disabled": "the element is disabled", "inert": "the element is inert",
+                "read-only": "the element is read-only", "outside": "the element is outside of the viewport"}
+#: actionable.js: what Playwright's action would wait for, read once.
+ACTIONABLE_JS = "\n" + (Path(__file__).with_name("actionable.js")).read_text(encoding="utf-8")
+
+
+async def element_state(env: ActingEnv, loc: Any, name: str) -> str:
+    """Whether action ``name`` can run on the element now, as Playwright's call would find it (actionable.js): "ok",
+    "covered" (another element is hit at its click point), or why not ("missing", "hidden", "disabled", "inert",
+    "read-only", "outside"). Each action asks only what its Playwright call waits for: a pointer action
+    (Click, Right Click, Hover) visible, enabled (not Hover) and not covered; Type and Search visible, enabled
+    and editable; Select Dropdown Option visible and enabled; Scroll and Press Enter that the element exists.
+    One evaluate that never waits (``evaluate_all``: an element that is gone is "missing" at once)."""
+    pointer = name in ("Click", "Right Click", "Hover")
+    want = {"pointer": pointer, "visible": pointer or name in ("Type", "Search", "Select Dropdown Option"),
+            "enabled": name in ("Click", "Right Click", "Type", "Search", "Select Dropdown Option"),
+            "editable": name in ("Type", "Search")}
+    return await env.timed(loc.evaluate_all(ACTIONABLE_JS, want))
+
+
+async def _click(loc: Any, button: str, timeout_ms: int, force: bool = False) -> None:
     """Click the element's centre. When another element covers that point (e.g. the label drawn on an
-    SVG button), Playwright refuses; the click then goes where a person's would: to the covering one."""
+    SVG button: ``element_state`` "covered", ``force``), Playwright would refuse; the click then goes where a
+    person's would: to the covering one. (Should Playwright still find the point covered where element_state did
+    not, it waits its timeout out, then the click is forced just the same.)"""
     try:
-        await loc.click(button=button, timeout=timeout_ms)
+        await loc.click(button=button, force=force, timeout=timeout_ms)
     except PlaywrightTimeoutError as e:
-        if "intercepts pointer events" not in str(e):
+        if force or "intercepts pointer events" not in str(e):
             raise
         await loc.click(button=button, force=True, timeout=timeout_ms)
 
@@ -165,16 +207,19 @@ async def _type(env: ActingEnv, loc: Any, text: str) -> None:
             loc, "el => ['BUTTON', 'A', 'SELECT', 'INPUT', 'OPTION'].includes(el.tagName) ? el.tagName.toLowerCase() : ''")
         if kind:
             raise PlaywrightError(f"a <{kind}> is not a text field; Type needs an input, textarea or editable element")
-        await loc.click(timeout=t)
+        state = await element_state(env, loc, "Click")
+        if state not in ("ok", "covered"):
+            raise PlaywrightError(STATE_ERRORS[state])
+        await _click(loc, "left", t, force=state == "covered")
         await env.timed(env.page.keyboard.press("ControlOrMeta+A"))
-        await env.timed(env.page.keyboard.type(text), env.eval_timeout_s + 0.05 * len(text))
+        await env.timed(env.page.keyboard.type(text), t / 1000 + 0.25 * len(text))
 
 
 async def _select(env: ActingEnv, loc: Any, want: str) -> str | None:
     """Select Dropdown Option: match the option text case-insensitively (exact, else a unique
     substring); on a <select multiple> the option is added to the selection."""
-    info = await env.eval_js(loc, """(el) => el.tagName !== 'SELECT' ? null :
-        {multiple: el.multiple, options: Array.from(el.options).map((o) => [o.text, o.label, o.value, o.selected])}""")
+    info = await env.eval_js(loc, """(el) => el.tagName !== 'SELECT' ? null : {multiple: el.multiple,
+        options: Array.from(el.options).map((o) => [o.text, o.label, o.value, o.selected, o.matches(':disabled')])}""")
     if info is None:
         return "Select Dropdown Option needs a <select> element; click the element to open it instead"
     norm = lambda s: " ".join(str(s).split()).lower()  # noqa: E731
@@ -190,6 +235,8 @@ async def _select(env: ActingEnv, loc: Any, want: str) -> str | None:
                     + ", ".join(repr(" ".join(opts[i][0].split())) for i in hits))
     if not hits:
         return f"no option {want!r}; options: " + ", ".join(repr(" ".join(o[0].split())) for o in opts)
+    if opts[hits[0]][4]:                   # Playwright would wait for it to be enabled
+        return f"option {want!r} is disabled"
     index = [hits[0]]
     if info["multiple"]:
         index = sorted({i for i, o in enumerate(opts) if o[3]} | {hits[0]})

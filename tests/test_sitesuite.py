@@ -130,7 +130,7 @@ def test_eight_concurrent_trajectories_see_only_their_own_edit(run, pool):
     cities = [target] + [c for c in suite_site.CITIES if c not in (start, target)][:7]
 
     async def one(city: str):
-        e = await pool.new_env(**experts.ENV_KWARGS)     # 10 s per action: a busy 2-core box
+        e = await pool.new_env()
         try:
             obs = await e.reset(task)
             assert obs.url.endswith("/shop")                         # logged in (storage state), shop home
@@ -159,7 +159,7 @@ def test_logged_out_start_needs_a_login(run, pool):
     task = env.load_tasks("suite:edit-profile")[0]
 
     async def go():
-        e = await pool.new_env(**experts.ENV_KWARGS)     # 10 s per action: a busy 2-core box
+        e = await pool.new_env()
         try:
             out = await e.reset(dataclasses.replace(task, seed=1_000_001))       # odd seed: logged out
             early = await e.step('exit(message="done")')                         # nothing edited: 0
@@ -182,7 +182,7 @@ def test_wrong_answers_score_zero(run, pool):
 
     async def go():
         # an env whose WebArena rubric is WebArena's own (eval.py --rubric webarena): suite tasks use it too
-        e = await pool.new_env(families=[env.WebArenaFamily(rubric="webarena")], **experts.ENV_KWARGS)
+        e = await pool.new_env(families=[env.WebArenaFamily(rubric="webarena")])
         try:
             out = {}
             for tid, answer in (("suite/product-price", "1.00"), ("suite/filter-category", "done"),
@@ -208,7 +208,7 @@ def test_every_family_expert_succeeds_on_held_out_seeds(run, pool):
     jobs = [dataclasses.replace(t, seed=s) for t in tasks for s in (env.EVAL_SEEDS[6],)]   # even: edit-profile starts logged in
 
     async def one(task):
-        e = await pool.new_env(**experts.ENV_KWARGS)
+        e = await pool.new_env()
         try:
             return await experts.demonstrate(e, task)
         finally:
@@ -316,7 +316,7 @@ def test_replicas_keep_concurrent_trajectories_of_a_shared_site_apart(run, pool,
             res = await e.step('<answer> exit(message="done") </answer>')
             return res.reward, e.task.start_url.split("/")[2]
 
-        async with rollout.Runner(pool, size=2, env_kwargs=experts.ENV_KWARGS) as runner:
+        async with rollout.Runner(pool, size=2) as runner:
             out = await runner.run([rollout.Job(task, g) for g in (0, 1)], episode, lambda job, why: (-1.0, why))
         return [r for r, _ in out], [h for _, h in out]
 

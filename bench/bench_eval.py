@@ -1,13 +1,17 @@
-"""Benchmark: what batch-invariant evaluation costs (eval.py --batch-invariant, the HF backend on a CPU decoding in
-float64 and rounding the logits to float32) against float32 decoding, whose responses depend on the batch.
-
-The same evaluation (make demo's tasks, validation pages, T = 1 with common noise, at most 6 interactions of 64
-tokens, --concurrency 8, no screenshots) runs with and without --batch-invariant, alternating ABBA so that a
-drift of the shared box falls on both; prints each run's wall seconds, the ratio of the medians, and how many
-episodes differ between the two decodings (float32 rounding against float64: the near-ties of a tiny model).
+"""Benchmark of evaluation on a CPU, printed in one run, one of two modes:
+- what batch-invariant evaluation costs (the default): eval.py --batch-invariant, the HF backend on a CPU decoding
+  in float64 and rounding the logits to float32, against float32 decoding, whose responses depend on the batch.
+  The same evaluation (make demo's tasks, validation pages, T = 1 with common noise, at most 6 interactions of 64
+  tokens, --concurrency 8, no screenshots) runs with and without --batch-invariant, alternating ABBA so that a
+  drift of the shared box falls on both; prints each run's wall seconds, the ratio of the medians, and how many
+  episodes differ between the two decodings (float32 rounding against float64: the near-ties of a tiny model).
+- ``--concurrency 1,8,32,64``: the same evaluation as make demo runs it (each page twice at T = 1 and once greedy,
+  batch-invariant) at each concurrency in turn; prints wall seconds and episodes a minute, and how many episodes
+  (responses, reward, end) differ from the first concurrency's: an evaluation must not depend on it.
 
 Run:
     .venv/bin/python bench/bench_eval.py --model runs/demo/bc/hf --pages 5
+    .venv/bin/python bench/bench_eval.py --pages 6 --concurrency 1,8,32,64
 """
 from __future__ import annotations
 
@@ -27,23 +31,46 @@ TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate
          "email-inbox-noscroll,email-inbox-forward-nl-turk,click-option")
 
 
-def run(model: str, pages: int, invariant: bool, out: Path) -> tuple[float, dict]:
+def run(model: str, pages: int, invariant: bool, out: Path, concurrency: int = 8,
+        extra: tuple[str, ...] = ()) -> tuple[float, dict]:
     t0 = time.perf_counter()
     ev.main(trainlib.parse_args(ev.Args, [
         "--model", f"m={model}", "--tasks", TASKS, "--episodes", str(pages), "--seed-start", "500000",
-        "--prompt", "short", "--max-new-tokens", "64", "--max-steps", "6", "--concurrency", "8", "--no-screenshots",
-        "--out", str(out), "--batch-invariant" if invariant else "--no-batch-invariant"]))
+        "--prompt", "short", "--max-new-tokens", "64", "--max-steps", "6", "--concurrency", str(concurrency),
+        "--no-screenshots", "--out", str(out), "--batch-invariant" if invariant else "--no-batch-invariant", *extra]))
     seconds = time.perf_counter() - t0
-    episodes = {(r["task"], r["seed"]): ([s["response"] for s in r["steps"]], r["reward"])
-                for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())}
+    episodes = {(r["decoding"], r["task"], r["seed"], r["sample"]):
+                ([s["response"] for s in r["steps"]], [s["action_error"] for s in r["steps"]], r["reward"],
+                 r["done_reason"]) for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())}
     return seconds, episodes
+
+
+def sweep(model: str, pages: int, levels: list[int]) -> None:
+    """make demo's evaluation at each concurrency in turn (see the module docstring)."""
+    seen: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for c in levels:
+            s, seen[c] = run(model, pages, True, Path(tmp) / f"c{c}", c, ("--samples", "2", "--greedy"))
+            differ = [k for k, v in seen[c].items() if v != seen[levels[0]].get(k)]
+            rows.append((c, s, len(seen[c]), differ))
+            print(f"concurrency {c}: {s:.1f} s, {len(seen[c])} episodes, {len(differ)} differ from c{levels[0]}"
+                  + (f" (e.g. {differ[:3]})" if differ else ""), flush=True)
+    print(f"\nmodel {model}, {pages} validation pages x 8 tasks, 2 samples at T = 1 + greedy, batch-invariant:")
+    print("| concurrency | wall s | episodes / min | vs first | episodes that differ from the first |")
+    print("|---:|---:|---:|---:|---:|")
+    for c, s, n, differ in rows:
+        print(f"| {c} | {s:.1f} | {60 * n / s:.1f} | x{rows[0][1] / s:.2f} | {len(differ)} of {n} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="assets/tiny-web-base")
     ap.add_argument("--pages", type=int, default=5, help="validation pages per task")
+    ap.add_argument("--concurrency", default="", help="comma list: the concurrency sweep instead (e.g. 1,8,32,64)")
     a = ap.parse_args()
+    if a.concurrency:
+        return sweep(a.model, a.pages, [int(c) for c in a.concurrency.split(",")])
     times: dict[bool, list[float]] = {True: [], False: []}
     seen: dict[bool, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +79,7 @@ def main() -> None:
             times[invariant].append(s)
             print(f"run {k}: {'float64 (batch-invariant)' if invariant else 'float32'} {s:.1f} s", flush=True)
     f64, f32 = statistics.median(times[True]), statistics.median(times[False])
-    differ = sum(seen[True][p] != seen[False].get(p) for p in seen[True])
+    differ = sum(seen[True][p][::2] != seen[False].get(p, ())[::2] for p in seen[True])   # responses, reward
     print(f"\nmodel {a.model}, {a.pages} pages x 8 tasks at T = 1: float32 {f32:.1f} s, float64 {f64:.1f} s "
           f"(medians of 2): batch-invariant decoding x{f64 / f32:.2f} the wall time; "
           f"{differ} of {len(seen[True])} episodes differ between the two")

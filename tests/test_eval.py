@@ -194,7 +194,7 @@ BASE = str(Path(__file__).resolve().parents[1] / "assets" / "tiny-web-base")
 
 def test_an_evaluation_gives_the_same_episodes_at_any_concurrency(tmp_path):
     """One checkpoint, one command, the same pages: every episode (each response and the reward) is the same at
-    --concurrency 1 and 8, greedy and sampled at T = 1 with common random numbers; the same weights under two
+    --concurrency 1 and 32, greedy and sampled at T = 1 with common random numbers; the same weights under two
     names draw the same episodes on every page (paired difference 0, SE 0) while a page's samples differ."""
     def run(out, models, concurrency):
         ev.main(trainlib.parse_args(ev.Args, [
@@ -206,7 +206,7 @@ def test_an_evaluation_gives_the_same_episodes_at_any_concurrency(tmp_path):
                          ([st["response"] for st in r["steps"]], r["reward"], r["env_errors"]) for r in records}
 
     _, alone = run("c1", f"a={BASE}", 1)
-    results, together = run("c8", f"a={BASE},b={BASE}", 8)
+    results, together = run("c32", f"a={BASE},b={BASE}", 32)
     assert len(alone) == 2 * 2 * (2 + 1) and all(v[2] == 0 for v in alone.values())   # no browser errors
     assert {k: v for k, v in together.items() if k[0] == "a"} == alone
     assert {("a",) + k[1:]: v for k, v in together.items() if k[0] == "b"} == alone

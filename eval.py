@@ -114,8 +114,9 @@ class Args:
     """output directory: results.json, results.md, trajectories.jsonl, viewer/, test_time_scaling.png"""
     backend: Literal["hf", "vllm", "openai"] = "hf"
     """generation backend: hf | vllm | openai"""
-    concurrency: int = 4
-    """browser contexts (episodes) run at the same time; also the HF backend's max batch"""
+    concurrency: int = 8
+    """browser contexts (episodes) run at the same time; also the HF backend's max batch (on a 2-core box more than 8
+    buy nothing: the model is the bound, bench/RESULTS.md "At which concurrency"; the episodes are the same at any)"""
     max_steps: str = "15"
     """interaction budget; a comma list (5,10,15,30) sweeps it (Fig. 5) from one run at the largest"""
     episode: EpisodeConfig = field(default_factory=EpisodeConfig)

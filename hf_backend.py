@@ -461,6 +461,7 @@ class HFBackend:
         if decode not in ("auto", "loop", "generate"):
             raise ValueError(f"decode={decode!r}: auto, loop or generate")
         self.model, self.tokenizer = model if copy_dtype is None else copy.deepcopy(model).to(copy_dtype), tokenizer
+        self.copied = copy_dtype is not None     # ``take_weights`` refreshes the copy
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s
         self.share_prefill = share_prefill
@@ -510,11 +511,11 @@ class HFBackend:
 
     @torch.no_grad()
     def take_weights(self, module) -> None:
-        """Copy ``module``'s parameters into the backend's model when that is a copy of it (a trainer's float64
-        copy for batch-invariant generation: ``copy.deepcopy(module).double()``, so their parameters come in the
-        same order, a PEFT wrapper's names ending in the base model's); nothing to do when the backend runs
-        ``module`` itself. Call it only with no request in flight (the trainer's update runs then)."""
-        if self.model is module:
+        """Copy ``module``'s parameters into the backend's model when that is a copy of it (``copy_dtype``: a
+        trainer's float64 copy for batch-invariant generation, its parameters in the same order, a PEFT wrapper's
+        names ending in the base model's); nothing to do when the backend runs the trainer's model itself. Call it
+        only with no request in flight (the trainer's update runs then)."""
+        if not self.copied:
             return
         for (name, mine), (other, theirs) in zip(self.model.named_parameters(), module.named_parameters(),
                                                  strict=True):

@@ -37,11 +37,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # --no-loadscope-reorder`), in this order: the longest modules first (seconds under `make test`, beside the other
 # worker, from a fresh clone of 46e5ace on 2026-11-27), so that no worker is left with one of them at the end
 # while the other idles (the two ended 22 s apart). The rest follow in file order.
-LONGEST_FIRST = ("test_demo.py",              # ~190-230 s: make demo, demo-findings, demo-suite at smoke size
-                 "test_train_mgrpo_vllm.py",  # ~250-290 s: two M-GRPO runs with vLLM engines and their BC fixture
-                 "test_train_mgrpo.py",       # ~150 s: M-GRPO runs on the HF backend
+LONGEST_FIRST = ("test_demo.py",              # ~190-320 s: make demo, demo-findings, demo-suite at smoke size
+                 "test_train_mgrpo_vllm.py",  # ~250-340 s: two M-GRPO runs with vLLM engines and their BC fixture
+                 "test_train_mgrpo.py",       # ~150-230 s: M-GRPO runs on the HF backend
                  "test_vllm.py",              # ~80 s: two engine starts
                  "test_train_bc.py",          # ~130 s: BC runs, one of them killed at many points
+                 "test_env_verdicts.py",      # ~40-70 s: episodes at 1 and at 24 contexts, two processes spinning
                  "test_sandbox.py", "test_webarena.py", "test_sitesuite.py", "test_env_browser.py")
 
 

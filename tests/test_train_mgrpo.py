@@ -85,7 +85,8 @@ def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
     run_script("train_mgrpo.py", "--model", str(tmp_path / "bc" / "hf"), "--tasks", "miniwob:click-button",
                "--rl-pages", "1", "--out", str(out), "--steps", "6", "--tasks-per-step", "2", "--group-size", "8",
                "--max-turns", "1", "--max-new-tokens", "40", "--prompt", "short", "--lr", "3e-4", "--save-every", "0",
-               "--grad-clip", "1", "--adam-beta2", "0.999")   # make demo's optimizer (scripts/demo_common.sh)
+               "--grad-clip", "1", "--adam-beta2", "0.999",   # make demo's optimizer (scripts/demo_common.sh)
+               "--no-batch-invariant")   # (learning, not reproducibility: float32 generation is faster)
     success = [r["rollout/success_rate"] for r in metrics(out)]
     print("rollout success by step", success)
     assert success[0] < 0.6 and max(success[-3:]) >= 0.9, success

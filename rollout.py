@@ -155,8 +155,7 @@ def group_noise(seed: int, group: int) -> int:
     so it names the step and the round); its trajectories' requests are ``request_seed(group_noise(seed, group),
     task, page, index in group, turn)``: a rollout is a function of the weights, the run's seed and where it stands
     in the run, never of its batch or of which browser answered first."""
-    key = f"m-grpo|{seed}|{group}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+    return _hash63(f"m-grpo|{seed}|{group}")
 
 
 def request_seed(noise: int, task_id: str, page: int, sample: int, turn: int) -> int:
@@ -164,8 +163,12 @@ def request_seed(noise: int, task_id: str, page: int, sample: int, turn: int) ->
     63 bits. The backend draws token k's noise as the k-th draw of a generator seeded with it, so the noise is a
     function of (task, page, sample, turn, token position) and never of the batch or of other requests: two
     models asked on the same page and sample draw with the same noise, and their paired difference loses it."""
-    key = f"{noise}|{task_id}|{page}|{sample}|{turn}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+    return _hash63(f"{noise}|{task_id}|{page}|{sample}|{turn}")
+
+
+def _hash63(key: str) -> int:
+    """63 bits of blake2b of ``key``: a seed no other key shares in practice, the same on every machine."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 
 
 # ---- one episode ----

@@ -40,8 +40,9 @@ Choices the paper leaves open (documented departures)
   (``rollout.request_seed``; the backend draws token k's noise as the k-th draw of that request's generator), so
   two models draw with the same noise on the same page and sample and their paired difference (taken page by
   page) loses the noise they share; ``--noise independent`` gives each model its own. The HF backend on a CPU
-  decodes in float64 and rounds the logits to float32 (``--batch-invariant``), so a page's episode is the same at
-  any ``--concurrency``, greedy or sampled (tests/test_eval.py). vLLM and OpenAI-compatible servers get the seed
+  decodes batch-invariantly (``--batch-invariant``: shapes fixed per request, or a float64 copy where this
+  machine's kernels do not allow that; ``HFBackend``'s ``invariance``), so a page's episode is the same at any
+  ``--concurrency``, greedy or sampled (tests/test_eval.py). vLLM and OpenAI-compatible servers get the seed
   per request; whether their batched kernels are batch-invariant is theirs to say.
 - Average SR = successes / episodes over all tasks (the paper's average over its 165 tasks, not the mean
   of the site columns); with the same number of episodes per MiniWoB task both are equal.
@@ -326,12 +327,11 @@ def make_backend(args: Args, path: str, shared_tokenizer=None):
         device, dtype = policy.decide_device()
         if args.torch_threads or device.type == "cpu":
             torch.set_num_threads(args.torch_threads or 1)
-        if ep.batch_invariant and device.type == "cpu":
-            dtype = torch.float64   # logits rounded to float32 in hf_backend._sample: batch and threads round away
         model, tok = policy.load(path, device=device, dtype=dtype, chat_template=args.chat_template or None)
         backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=ep.max_new_tokens,
                                       temperature=ep.temperature, top_p=ep.top_p,
-                                      max_batch_size=max(1, args.concurrency))
+                                      max_batch_size=max(1, args.concurrency),
+                                      invariance="auto" if ep.batch_invariant and device.type == "cpu" else "off")
 
         async def close():   # free the weights before the next model loads
             await backend.aclose()

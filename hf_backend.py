@@ -290,14 +290,30 @@ def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     return out.transpose(1, 2).contiguous(), None
 
 
+def _sdpa_fixed(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """``_sdpa_gqa`` over a multiple of ``FIXED_SHAPES["cols"]`` key columns (zeros past the last key, masked),
+    always with an explicit mask: a query row's arithmetic then depends on its own keys, not on how many there
+    are (``HFBackend(invariance="fixed-shapes")``)."""
+    q, kv = query.shape[2], key.shape[2]
+    if attention_mask is None:                                       # causal over the last q positions
+        attention_mask = (torch.arange(kv, device=key.device)[None]
+                          <= torch.arange(kv - q, kv, device=key.device)[:, None])[None, None]   # [1, 1, q, kv]
+    pad = -kv % FIXED_SHAPES["cols"]
+    if pad:
+        key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (key, value))
+        attention_mask = torch.nn.functional.pad(attention_mask, (0, pad), value=False)
+    return _sdpa_gqa(module, query, key, value, attention_mask, dropout, scaling, is_causal=False)
+
+
 @functools.cache
-def _register_sdpa_gqa() -> str:
-    """Register ``_sdpa_gqa`` with HF (its masks are SDPA's) and return its name."""
+def _register_sdpa_gqa(fixed: bool = False) -> str:
+    """Register ``_sdpa_gqa`` (``_sdpa_fixed``) with HF (its masks are SDPA's) and return its name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    AttentionInterface.register("webagent_sdpa_gqa", _sdpa_gqa)
-    AttentionMaskInterface.register("webagent_sdpa_gqa", sdpa_mask)
-    return "webagent_sdpa_gqa"
+    name = "webagent_sdpa_fixed" if fixed else "webagent_sdpa_gqa"
+    AttentionInterface.register(name, _sdpa_fixed if fixed else _sdpa_gqa)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name
 
 
 @contextlib.contextmanager
@@ -407,6 +423,16 @@ class _SeededNoise:
 
 # ---- the backend ----
 
+# ``HFBackend(batch_invariant=True)``'s shapes: every forward of the decode loop computes at least ``rows`` rows
+# (a prompt's prefill at least ``rows`` positions from a prefix-cache block boundary; a decode step pads its
+# batch), and a decode step attends over a multiple of ``cols`` columns. A CPU's matrix kernels pick their code
+# by shape: on the 2-core box (AMD EPYC, torch 2.x, 1-2 threads) a row of a product came out the same in every
+# product of >= 12 rows and differently in smaller ones, and an attention row the same over any number of masked
+# columns past the next multiple of 16 (bench/RESULTS.md). ``HFBackend._fixed_shapes_hold`` checks the rule on
+# the machine at hand.
+FIXED_SHAPES = {"rows": 16, "cols": 512}
+
+
 def continuous_batching_supported(model) -> bool:
     """Whether ``HFBackend``'s own decode loop can run ``model``: a decoder-only model whose every layer keeps a
     plain full-attention KV cache, with SDPA or eager attention (FlashAttention-2 takes no 4-D mask). Other
@@ -448,8 +474,13 @@ class HFBackend:
     one token per row; ``gen_tokens / decode_steps`` is the mean batch). ``share_prefill=False``: every row
     prefilled in full (no prefix cache), for tests and benchmarks. ``prefix_cache_tokens``: the prefix cache's
     size in tokens (each token keeps 2 x layers x kv_heads x head_dim values: ~3 KB for make demo's model).
-    ``copy_dtype``: decode with a copy of ``model`` in this dtype (a trainer's float64 copy: its logits, rounded to
-    float32, do not depend on the batch), which ``take_weights`` refreshes after each update.
+    ``invariance``: "off", or a seeded request's response does not depend on the requests decoded beside it:
+    "fixed-shapes": the loop's forwards take shapes that are a function of the request alone (``FIXED_SHAPES``),
+    on a machine whose kernels then compute a row alike, which the backend checks with its own model at start
+    (``_fixed_shapes_hold``; an error if they do not); "float64": it decodes with a float64 copy of ``model``
+    whose logits, rounded to float32, round the batch away (x1.5-2 slower), refreshed by ``take_weights`` after
+    each update; "auto": fixed shapes where they hold, else the float64 copy (with a warning). The attribute
+    ``invariance`` says which it runs.
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
@@ -457,11 +488,14 @@ class HFBackend:
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 1024, temperature: float = 1.0,
                  top_p: float = 1.0, max_batch_size: int = 64, batch_window_s: float = 0.002,
                  stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True,
-                 decode: str = "auto", prefix_cache_tokens: int = 65536, copy_dtype: torch.dtype | None = None):
+                 decode: str = "auto", prefix_cache_tokens: int = 65536, invariance: str = "off"):
         if decode not in ("auto", "loop", "generate"):
             raise ValueError(f"decode={decode!r}: auto, loop or generate")
-        self.model, self.tokenizer = model if copy_dtype is None else copy.deepcopy(model).to(copy_dtype), tokenizer
-        self.copied = copy_dtype is not None     # ``take_weights`` refreshes the copy
+        if invariance not in ("off", "auto", "fixed-shapes", "float64"):
+            raise ValueError(f"invariance={invariance!r}: off, auto, fixed-shapes or float64")
+        self.model, self.tokenizer = model, tokenizer
+        self.copied = False                      # a float64 copy of ``model`` (``take_weights`` refreshes it)
+        self.fixed_shapes = False                # the loop's forwards take the shapes of FIXED_SHAPES
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s
         self.share_prefill = share_prefill
@@ -486,6 +520,18 @@ class HFBackend:
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        if invariance in ("auto", "fixed-shapes"):
+            # checked in the model thread: its torch threads are part of what the kernels choose by
+            self.fixed_shapes = self.loop and self._executor.submit(self._fixed_shapes_hold).result()
+            if not self.fixed_shapes and invariance == "fixed-shapes":
+                raise RuntimeError("HFBackend: fixed shapes do not make this machine's rows batch-invariant")
+            if not self.fixed_shapes:
+                log.warning("HFBackend: this machine's kernels compute a row differently at the loop's fixed shapes"
+                            "%s; decoding with a float64 copy of the model instead (x1.5-2 slower)",
+                            "" if self.loop else " (decode=generate)")
+        if invariance != "off" and not self.fixed_shapes:
+            self.model, self.copied = copy.deepcopy(model).to(torch.float64), True
+        self.invariance = "fixed-shapes" if self.fixed_shapes else "float64" if self.copied else "off"
 
     async def generate(self, prompt_ids: Sequence[int], *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,
@@ -511,8 +557,8 @@ class HFBackend:
 
     @torch.no_grad()
     def take_weights(self, module) -> None:
-        """Copy ``module``'s parameters into the backend's model when that is a copy of it (``copy_dtype``: a
-        trainer's float64 copy for batch-invariant generation, its parameters in the same order, a PEFT wrapper's
+        """Copy ``module``'s parameters into the backend's model when that is a copy of it (``invariance``'s
+        float64 copy, its parameters in the same order, a PEFT wrapper's
         names ending in the base model's); nothing to do when the backend runs the trainer's model itself. Call it
         only with no request in flight (the trainer's update runs then)."""
         if not self.copied:
@@ -541,6 +587,48 @@ class HFBackend:
         for r in pending:
             r.future.cancel()
         self._executor.shutdown(wait=False)
+
+    @torch.inference_mode()
+    def _fixed_shapes_hold(self, lengths: Sequence[int] = (40, 90, 200, 460, 530, 700, 1100), steps: int = 3) -> bool:
+        """Whether this machine computes the decode loop's rows alike at ``FIXED_SHAPES`` (model thread, at start):
+        random prompts, each a prefix of the next, decoded ``steps`` tokens alone (prefilled in full) and then all
+        together, three rows each (prefilled from the blocks the previous prompt cached); every logit must be
+        the same to the bit. Lengths stop short of the model's context."""
+        self.fixed_shapes = True
+        limit = getattr(self.model.config, "max_position_embeddings", 2048) - steps - 1
+        lengths = [n for n in lengths if n <= limit]
+        vocab = self.model.get_input_embeddings().num_embeddings
+        tokens = torch.randint(vocab, (max(lengths),), generator=torch.Generator().manual_seed(0)).tolist()
+        prompts = [tokens[:n] for n in lengths]
+
+        def decode(group: list[list[int]]) -> list[torch.Tensor]:
+            """Each prompt's logits ``[1 + steps, V]``: after its prompt, then after each greedy token."""
+            first, kvs = zip(*(self._prefill(p) for p in group))     # a repeated prompt: from its cached blocks
+            rows = [_Row(_Request(p, steps, 0.0, 1.0, None), len(p), [int(lg.argmax())]) for p, lg in zip(group, first)]
+            slab = _Slab(len(kvs[0]), len(rows), max(map(len, group)) + steps + 1, kvs[0][0][0])
+            for i, kv in enumerate(kvs):
+                slab.put(i, kv)
+            slab.n = len(rows)
+            out = [[lg[0]] for lg in first]
+            for _ in range(steps):
+                logits = self._forward(rows, slab)
+                for r, o, lg in zip(rows, out, logits):
+                    o.append(lg)
+                    r.pos += 1
+                    r.ids.append(int(lg.argmax()))
+            return [torch.stack(o) for o in out]
+
+        try:
+            alone = []
+            for p in prompts:
+                self._prefixes.clear()
+                alone += decode([p])
+            self._prefixes.clear()
+            together = decode([p for p in prompts for _ in range(3)])
+            return all(torch.equal(a, t) for a, t in zip([a for a in alone for _ in range(3)], together))
+        finally:
+            self._prefixes.clear()
+            self.fixed_shapes = False
 
     def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._loop is not loop or self._worker is None or self._worker.done():
@@ -662,6 +750,10 @@ class HFBackend:
         from transformers import DynamicCache
         dev = next(self.model.parameters()).device
         n, kv = self._prefixes.longest(prompt)
+        if self.fixed_shapes and n > len(prompt) - FIXED_SHAPES["rows"]:
+            # compute at least `rows` positions, from a block boundary: what is cached changes no shape's rows
+            n = max(0, (len(prompt) - FIXED_SHAPES["rows"]) // self._prefixes.block * self._prefixes.block)
+            kv = [(k[:, :, :n], v[:, :, :n]) for k, v in kv] if n else None
         cache = DynamicCache(config=self.model.config)
         for layer, (k, v) in enumerate(kv or []):
             cache.update(k, v, layer)
@@ -677,18 +769,33 @@ class HFBackend:
         self.stats["prefix_hit_tokens"] += n
         return logits, kv
 
+    def _forward(self, rows: list[_Row], slab: _Slab) -> torch.Tensor:
+        """The next-token logits ``[n, V]`` of every row (its last token at its position). With ``fixed_shapes``
+        the batch is padded to at least ``FIXED_SHAPES["rows"]`` rows (the spare ones read and write column 0 of
+        slab rows nobody uses) and the attention spans a multiple of ``FIXED_SHAPES["cols"]`` columns."""
+        n, dev = len(rows), slab.k[0].device
+        pos = torch.tensor([r.pos for r in rows], device=dev)                         # [n]
+        cols = int(pos.max()) + 1
+        ids = [[r.ids[-1]] for r in rows]
+        if self.fixed_shapes:
+            rows_to, cols_to = FIXED_SHAPES["rows"], FIXED_SHAPES["cols"]
+            cols = -(-cols // cols_to) * cols_to
+            slab.grow(max(n, rows_to), cols)
+            pos = torch.cat([pos, pos.new_zeros(max(0, rows_to - n))])               # [m]
+            ids += [[self.pad_id]] * (len(pos) - n)
+        slab.n = len(pos)
+        slab.write, slab.cols = (torch.arange(len(pos), device=dev), pos), cols
+        mask = (torch.arange(cols, device=dev)[None] <= pos[:, None])[:, None, None]   # [m, 1, 1, cols]
+        with self._attention():
+            logits = self.model(input_ids=torch.tensor(ids, device=dev), position_ids=pos[:, None],
+                                attention_mask=mask, past_key_values=slab, use_cache=True).logits[:n, -1]  # [n, V]
+        slab.n = n
+        return logits
+
     def _step(self, rows: list[_Row], slab: _Slab) -> None:
         """One token for every row; rows that end leave (the last row takes the freed slot)."""
         t0, c0 = time.perf_counter(), time.thread_time()
-        dev = slab.k[0].device
-        pos = torch.tensor([r.pos for r in rows], device=dev)                         # [n]
-        slab.write = (torch.arange(len(rows), device=dev), pos)
-        slab.cols = int(pos.max()) + 1
-        mask = (torch.arange(slab.cols, device=dev)[None] <= pos[:, None])[:, None, None]   # [n, 1, 1, cols]
-        ids = torch.tensor([[r.ids[-1]] for r in rows], device=dev)                    # [n, 1]
-        with self._attention():
-            logits = self.model(input_ids=ids, position_ids=pos[:, None], attention_mask=mask,
-                                past_key_values=slab, use_cache=True).logits[:, -1]   # [n, V]
+        logits = self._forward(rows, slab)
         tokens, logp = self._draw(logits, [r.req for r in rows])
         for r, tok, lp in zip(rows, tokens.tolist(), logp.tolist()):
             r.pos += 1
@@ -720,7 +827,7 @@ class HFBackend:
         """The model's SDPA attention as ``_sdpa_gqa`` for one forward of the loop (restored right after it, so a
         forward of the trainer, which runs only when no request is in flight, never sees the switch)."""
         sdpa = self.model.config._attn_implementation == "sdpa"
-        return _attention(self.model, _register_sdpa_gqa() if sdpa else None)
+        return _attention(self.model, _register_sdpa_gqa(self.fixed_shapes) if sdpa else None)
 
     def _finished(self, row: _Row) -> bool:
         """Resolve ``row``'s request if its last token ends it (end of turn, or its token budget); True too

@@ -59,10 +59,10 @@ class EpisodeConfig:
     max_obs_chars: int = webenv.MAX_OBS_CHARS
     """observation length cap in characters (env side), the same for demonstrations, RL and evaluation"""
     batch_invariant: bool = True
-    """HF backend on a CPU: decode with the model in float64 and round its logits to float32 before sampling (the
-    trainer: a float64 copy of its policy), so a response does not depend on the other requests of its batch or
-    on the thread count (bench/bench_eval.py, bench/bench_rl_step.py: what it costs); GPUs: vLLM's
-    VLLM_BATCH_INVARIANT=1 (docs/gpu.md)"""
+    """HF backend on a CPU: a response does not depend on the other requests of its batch (``HFBackend``'s
+    ``invariance="auto"``: forwards at shapes fixed per request where this machine's kernels allow it, checked at
+    start, else a float64 copy of the model; bench/bench_rl_step.py and bench/bench_eval.py: what each costs);
+    GPUs: vLLM's VLLM_BATCH_INVARIANT=1 (docs/gpu.md)"""
     episode_timeout: float = 900.0
     """seconds one episode may take; a slower one ends with done_reason timeout and a fresh context"""
     miniwob_in_place: bool = False

@@ -600,14 +600,15 @@ def main(args: Args) -> Path:
         step, cursor = state["step"], state["cursor"]
         log.info("resumed from %s at step %d", ckpt, step)
     if args.backend == "hf":
-        copied = ep.batch_invariant and device.type == "cpu"
-        if trainlib.zero_stage(cfg) == 3 and (world > 1 or copied):
+        invariant = ep.batch_invariant and device.type == "cpu"
+        if trainlib.zero_stage(cfg) == 3 and (world > 1 or invariant):
             raise SystemExit("--backend hf with ZeRO-3 would gather weights in lock-step for every generated token on "
                              "several ranks, and copy partitions on a CPU (--batch-invariant); use ZeRO-0/2 or vllm")
-        # generation runs the HF model itself (with LoRA: its layers carry the adapters), or on a CPU a float64 copy
-        # of it (made now, after a resume), which takes the weights after every update (HFBackend.take_weights)
+        # generation runs the HF model itself (with LoRA: its layers carry the adapters), batch-invariant on a CPU
+        # (fixed shapes; where this machine's kernels do not allow them, a float64 copy made now, after a resume,
+        # which takes the weights after every update: HFBackend.take_weights)
         backend = hf_backend.HFBackend(engine.module.get_base_model() if args.lora_rank else engine.module, tokenizer,
-                                       copy_dtype=torch.float64 if copied else None, max_new_tokens=ep.max_new_tokens,
+                                       invariance="auto" if invariant else "off", max_new_tokens=ep.max_new_tokens,
                                        temperature=ep.temperature, top_p=ep.top_p,
                                        max_batch_size=args.tasks_per_step // world * args.group_size,
                                        num_threads=(args.torch_threads or None) if device.type == "cpu" else None)

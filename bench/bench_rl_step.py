@@ -7,7 +7,7 @@ step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
 A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
-reset=load|inplace,noise=free|seeded,dtype=float32|float64``, with browser contexts of its own:
+reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64``, with browser contexts of its own:
 - gen: most rows the HF backend decodes at once (most prompts per generate call with decode=generate), 0 = all
   of the step's;
 - mb: action samples per forward of the update; update: train_mgrpo.update's ``fast`` (identical samples scored
@@ -19,13 +19,16 @@ reset=load|inplace,noise=free|seeded,dtype=float32|float64``, with browser conte
 - reset: each episode loads its MiniWoB page again (``load``, the default) or restarts it in place in the context
   that last ran its task (``inplace``: ``EpisodeConfig.miniwob_in_place``);
 - noise: each request draws from the backend's shared generator (``free``, the code before issue 67) or from its
-  own seed (``seeded``: ``rollout.group_noise``, as train_mgrpo rolls out now); dtype: generation with the
-  trainer's float32 module, or with a float64 copy that takes its weights before each step (``float64``:
-  ``--batch-invariant``, train_mgrpo's default on a CPU).
+  own seed (``seeded``: ``rollout.group_noise``, as train_mgrpo rolls out now); invariance: ``HFBackend``'s
+  (``off``: the trainer's float32 module at whatever shapes the batch takes; ``fixed-shapes``: the same module at
+  shapes that depend on each request alone, train_mgrpo's ``--batch-invariant`` on a CPU where they hold;
+  ``float64``: a float64 copy that takes its weights before each step, the fallback and issue 67's first way).
 
 The default is issue 67's measurement, make demo's M-GRPO step (B 8 x G 8, one torch thread for generation, the
-decode loop, pages restarted in place) three ways: as before the issue (``free``: shared noise, float32), with
-seeded requests (``seeded``), and as train_mgrpo runs it now (``invariant``: seeded, float64). Issue 43's was
+decode loop, pages restarted in place) three ways: as before the issue (``free``: shared noise, batch-dependent
+float32), with seeded requests in a float64 copy (``float64``, the issue's first way), and as train_mgrpo runs it
+now (``fixed``: seeded, fixed shapes). Issue 67's first measurement was ``"free=...;seeded=...,noise=seeded;
+invariant=...,noise=seeded,invariance=float64"`` (the same shape and options). Issue 43's was
 ``"filing=8x8,gen=0,mb=16,update=fast,decode=generate,reset=load;loop=8x8,gen=0,mb=16,update=fast,decode=loop,
 reset=load;today=8x8,gen=0,mb=16,update=fast,decode=loop,reset=inplace"``. Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
 prefill=full,decode=generate;new=8x8,gen=0,mb=16,update=fast,decode=generate"`` (one argument); issue 43's first
@@ -42,8 +45,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -66,10 +67,10 @@ class Args:
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
     configs: str = ("free=8x8,gen=0,mb=16,update=fast,reset=inplace;"
-                    "seeded=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded;"
-                    "invariant=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded,dtype=float64")
+                    "float64=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded,invariance=float64;"
+                    "fixed=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded,invariance=fixed-shapes")
     """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
-    reset=load|inplace,noise=free|seeded,dtype=float32|float64"""
+    reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
     max_turns: int = 6
@@ -95,7 +96,7 @@ class Config:
     decode: str = "loop"
     inplace: bool = False
     seeded: bool = False
-    float64: bool = False
+    invariance: str = "off"
 
 
 def parse_configs(spec: str) -> list[Config]:
@@ -110,7 +111,7 @@ def parse_configs(spec: str) -> list[Config]:
                           kv.get("update", "fast") == "fast", int(kv.get("threads", 1)),
                           kv.get("prefill", "shared") == "shared", kv.get("decode", "loop"),
                           kv.get("reset", "load") == "inplace", kv.get("noise", "free") == "seeded",
-                          kv.get("dtype", "float32") == "float64"))
+                          kv.get("invariance", "off")))
     return out
 
 
@@ -120,7 +121,7 @@ async def one_step(cfg: Config, k: int, runner: Runner, backends, tok, engine, r
     seconds, trajectories."""
     backend = backends[cfg.name]
     backend.max_batch_size = cfg.gen or cfg.B * cfg.G
-    backend.take_weights(engine.module)   # (a float64 copy: the weights the last update left)
+    backend.take_weights(engine.module)   # (a float64 copy: the weights the last update left; else nothing)
     groups = train_mgrpo.step_tasks(tasks, k * cfg.B, cfg.B, seed=0)
     jobs = [Job(dataclasses.replace(t, max_steps=args.max_turns), group=g, sample=i,
                 noise=group_noise(0, k * cfg.B + g) if cfg.seeded else None)
@@ -157,7 +158,7 @@ async def main(args: Args) -> None:
     for c in configs:   # one per configuration: its generation threads are set when its thread starts
         backends[c.name] = hf_backend.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
                                                 temperature=1.0, num_threads=c.threads, share_prefill=c.share,
-                                                decode=c.decode, copy_dtype=torch.float64 if c.float64 else None)
+                                                decode=c.decode, invariance=c.invariance)
     tasks = webenv.load_tasks(args.tasks)
     print(f"model {args.model}; {len(tasks)} tasks; <= {args.max_turns} turns, <= {args.max_new_tokens} new tokens; "
           f"beta {args.beta}; {args.steps} steps per configuration after a warm-up step, taking turns")
@@ -181,7 +182,7 @@ async def main(args: Args) -> None:
             await b.aclose()
         for r in runners.values():
             await r.close()
-    print("\n| configuration | B x G | decode | reset | noise | dtype | gen batch | micro-batch | update | prefill "
+    print("\n| configuration | B x G | decode | reset | noise | invariance | gen batch | micro-batch | update | prefill "
           "| gen threads | rollout s / traj | update s / traj | trajectories / min | vs first |")
     print("|---|---|---|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
     first = None
@@ -190,7 +191,7 @@ async def main(args: Args) -> None:
         per_min = 60.0 * n / (roll + upd)
         first = first or per_min
         print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {'in place' if c.inplace else 'load'} "
-              f"| {'seeded' if c.seeded else 'free'} | {'float64' if c.float64 else 'float32'} | {c.gen or 'all'} "
+              f"| {'seeded' if c.seeded else 'free'} | {c.invariance} | {c.gen or 'all'} "
               f"| {c.mb} | {'fast' if c.fast else 'plain'} "
               f"| {'shared' if c.share else 'full'} | {c.threads} | {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} "
               f"| x{per_min / first:.2f} |")

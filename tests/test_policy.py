@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import copy
 import glob
 import json
 import os
@@ -476,16 +475,21 @@ def test_seeded_sampling_draws_from_the_policy_with_the_requests_own_noise():
     assert mixed[1] == alone[0] and mixed[2] == rows[2].argmax()
 
 
-def test_hf_backend_seeded_requests_answer_the_same_alone_or_batched(tiny):
-    """Requests with seeds on a float64 model (eval.py's batch-invariant decoding on a CPU): the same response
-    decoded alone, beside others, or in a ``model.generate`` batch; another seed draws another response."""
+@pytest.mark.parametrize("invariance", ["fixed-shapes", "float64"])
+def test_hf_backend_seeded_requests_answer_the_same_alone_or_batched(tiny, invariance):
+    """Seeded requests under the batch-invariant decodings of a CPU (train_mgrpo's and eval.py's
+    ``--batch-invariant``: fixed shapes where the machine's kernels allow them, checked at start, else a float64
+    copy): the same tokens and log-probs to the bit decoded alone or among 20 rows (more than fixed shapes pad
+    a batch to), and, in float64, in a ``model.generate`` batch; another seed draws another response. The control:
+    without invariance the log-probs change with the batch."""
     model, tok = tiny
-    model64 = copy.deepcopy(model).double()
-    prompts = _prompts(tok, 4)
+    prompts = _prompts(tok, 5) * 4                 # 20 rows, repeated prompts from the prefix cache
 
-    def run(seeds, decode="loop", alone=False):
+    def run(seeds, decode="loop", alone=False, mode=invariance):
         async def main():
-            backend = hf_backend.HFBackend(model64, tok, max_new_tokens=12, temperature=1.0, decode=decode)
+            backend = hf_backend.HFBackend(model, tok, max_new_tokens=12, temperature=1.0, decode=decode,
+                                           num_threads=1, invariance=mode)
+            assert backend.invariance == mode
             if alone:
                 gens = [await backend.generate(p, seed=s) for p, s in zip(prompts, seeds)]
             else:
@@ -494,12 +498,15 @@ def test_hf_backend_seeded_requests_answer_the_same_alone_or_batched(tiny):
             return [(g.ids, g.logprobs) for g in gens]
         return asyncio.run(main())
 
-    seeds = [11, 12, 13, 14]
+    seeds = list(range(11, 31))
     batched = run(seeds)
     assert run(seeds, alone=True) == batched
-    for (ids, logprobs), (ids_b, logprobs_b) in zip(run(seeds, decode="generate"), batched):
-        assert ids == ids_b and logprobs == pytest.approx(logprobs_b, abs=1e-6)
-    assert [ids for ids, _ in run([21, 22, 23, 24])] != [ids for ids, _ in batched]
+    if invariance == "float64":
+        for (ids, logprobs), (ids_b, logprobs_b) in zip(run(seeds, decode="generate"), batched):
+            assert ids == ids_b and logprobs == pytest.approx(logprobs_b, abs=1e-6)
+    assert [ids for ids, _ in run(list(range(41, 61)))] != [ids for ids, _ in batched]
+    if invariance == "fixed-shapes":   # the control: the same model and seeds at the batch's own shapes
+        assert run(seeds, alone=True, mode="off") != run(seeds, mode="off")
 
 
 def test_top_p_cut_is_hf_s():

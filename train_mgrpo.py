@@ -11,8 +11,9 @@ One training step, in the order of ``train``:
      leaves the loss.
   3. loss (Eq. 2): clipped ratio (eps 0.2) minus beta * KL to the frozen reference (k3, beta 0.001), the
      normalisation 1/(G |tau_i| |a_ij|) as per-sample weights, so micro-batches are a plain weighted sum.
-  4. weight sync: the HF backend generates with the trainer's module (on a CPU its float64 copy, which takes the
-     new weights); the vLLM engine gets them pushed, then a probe's log-probs are compared with the trainer's.
+  4. weight sync: the HF backend generates with the trainer's module itself (or, where a CPU's kernels do not
+     allow batch-invariant shapes, a float64 copy that takes the new weights); the vLLM engine gets them pushed,
+     then a probe's log-probs are compared with the trainer's.
 A run is a function of its command: each request is seeded (``rollout.group_noise``), the CPU decodes
 batch-invariantly, the update reads the samples in job order; a resumed run equals the uninterrupted one.
 
@@ -59,6 +60,23 @@ log = logging.getLogger("webagent.mgrpo")
 
 # ---- config ----
 
+@dataclass(frozen=True)
+class Credit:
+    """How a step's outcomes become its actions' advantages (``mgrpo_batch``)."""
+    advantage: Literal["grpo", "gigpo"] = "grpo"
+    """grpo (Eq. 2's A_i, shared by the trajectory's actions) or gigpo (GiGPO, Feng et al. 2025: A_ij = A_i + omega
+    A^S_ij, the action's return against its group's other actions from the same page state; not the paper's)"""
+    zero_std: Literal["skip", "keep"] = "skip"
+    """groups with all-equal rewards: skip (leave the loss, KL included) or keep"""
+    invalid_penalty: float = 0.0
+    """subtracted from a trajectory's reward per unparsable response before its group's advantages (verl-agent's
+    invalid-action penalty, 0.1 there; 0: the paper's task success alone)"""
+    omega: float = 1.0
+    """GiGPO's weight of the step-level advantage (its published value)"""
+    gamma: float = 0.95
+    """GiGPO's discount of the returns (its published value)"""
+
+
 @dataclass
 class Args:
     """M-GRPO training (Eq. 2) with asynchronous browser rollouts under DeepSpeed."""
@@ -84,15 +102,12 @@ class Args:
     """epsilon of the clipped ratio in Eq. 2"""
     beta: float = 0.001
     """KL coefficient in Eq. 2; 0 loads no reference model"""
-    zero_std: Literal["skip", "keep"] = "skip"
-    """groups with all-equal rewards: skip (leave the loss, KL included) or keep"""
     dynamic_sampling: int = 0
     """DAPO's dynamic sampling: up to N rounds of B groups per step, until B groups have unequal rewards (0: off)"""
     rl_pages: int = 0
     """pages per task: 0 = a fresh page of env.RL_SEEDS per group; N = its first N (1: the loop's fit-one-page check)"""
-    advantage: Literal["grpo", "gigpo"] = "grpo"
-    """credit of an action: grpo (Eq. 2's A_i, shared by the trajectory's actions) or gigpo (GiGPO: A_i + the
-    action's return against its group's other actions from the same page state; not the paper's)"""
+    credit: Credit = field(default_factory=Credit)
+    """how outcomes become advantages (flags --advantage, --zero-std, --invalid-penalty)"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     micro_batch: int = 4
@@ -163,13 +178,6 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     return adv.view(-1)                                               # [B * G]
 
 
-@dataclass(frozen=True)
-class GiGPO:
-    """GiGPO's step credit (Feng et al. 2025): A_ij = A_i + omega A^S_ij (``step_advantages``), its published values."""
-    omega: float = 1.0
-    gamma: float = 0.95
-
-
 def step_advantages(valid: list[Trajectory], gamma: float, eps: float = 1e-6) -> tuple[list[list[float]], int, int]:
     """GiGPO's step-level advantages (Feng et al. 2025, Eq. 5-7) of one group's trajectories.
     Every action a_ij gets its discounted return R_ij = gamma^(|tau_i| - 1 - j) r_i (the binary reward comes at
@@ -231,30 +239,33 @@ class Batch:
     step_groups_differ: int = 0  # ... and those whose discounted returns differ (a step-level signal)
 
 
-def mgrpo_batch(trajs: list[Trajectory], zero_std: str = "skip", gigpo: GiGPO | None = None,
-                reduce_sum=lambda n: n) -> Batch:
+def mgrpo_batch(trajs: list[Trajectory], credit: Credit = Credit(), reduce_sum=lambda n: n) -> Batch:
     """Trajectories -> the samples, advantages and Eq. 2 weights of one update.
     - A trajectory the environment ended (``env_error``: failed reset, crash, timeout) is not the policy's
       outcome: it leaves its group's mean and std and carries no samples; a group with < 2 valid ones leaves.
-    - ``zero_std="skip"``: a group whose rewards are all equal (A = 0 for all) leaves the loss, KL included;
-      ``"keep"`` keeps it for its KL term.
-    - ``gigpo``: A_ij = A_i + omega * A^S_ij (``step_advantages``); a group then carries a signal when any of its
-      advantages is non-zero (all successes in different numbers of steps do).
+    - ``credit.zero_std="skip"``: a group whose rewards are all equal (A = 0 for all) leaves the loss, KL
+      included; ``"keep"`` keeps it for its KL term.
+    - ``credit.advantage="gigpo"``: A_ij = A_i + omega * A^S_ij (``step_advantages``); a group then carries a
+      signal when any of its advantages is non-zero (all successes in different numbers of steps do).
     - Several ranks: ``reduce_sum`` adds a count over ranks, so the weights divide by the groups in the loss on
-      all ranks together."""
+      all ranks together.
+    - ``credit.invalid_penalty``: a trajectory's reward minus this per unparsable response."""
+    if credit.invalid_penalty:
+        trajs = [dataclasses.replace(t, reward=t.reward - credit.invalid_penalty * t.parse_errors) for t in trajs]
+    gigpo = credit.advantage == "gigpo"
     outcomes, dropped = group_outcomes(trajs)
     kept, no_signal = [], []
     shared = differ = 0
     for valid, equal_rewards in outcomes:
         rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
         adv = [[a] * len(t.samples) for t, a in zip(valid, group_advantages(rewards, len(valid)).tolist())]
-        if gigpo is not None:
-            step_adv, n_shared, n_differ = step_advantages(valid, gigpo.gamma)
+        if gigpo:
+            step_adv, n_shared, n_differ = step_advantages(valid, credit.gamma)
             shared, differ = shared + n_shared, differ + n_differ
-            adv = [[a + gigpo.omega * b for a, b in zip(ai, bi)] for ai, bi in zip(adv, step_adv)]
-        silent = not any(a for ai in adv for a in ai) if gigpo is not None else equal_rewards
+            adv = [[a + credit.omega * b for a, b in zip(ai, bi)] for ai, bi in zip(adv, step_adv)]
+        silent = not any(a for ai in adv for a in ai) if gigpo else equal_rewards
         no_signal.append(silent)
-        if not (silent and zero_std == "skip"):
+        if not (silent and credit.zero_std == "skip"):
             kept.append((valid, adv))
     rows = [(t, a) for valid, adv in kept for t, a in zip(valid, adv)]   # (an empty one still counts in G_g)
     weights = eq2_weights([t.group for t, _ in rows], [len(t.samples) for t, _ in rows],
@@ -437,7 +448,6 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
             Runner(pool, args.tasks_per_step // world * args.group_size, timeout_s=args.episode.episode_timeout,
                    env_kwargs=args.episode.env_kwargs(*args.env.families())) as runner:
         groups = GroupRoller(runner, backend, tokenizer, tasks, args, rank, cursor)
-        gigpo = GiGPO() if args.advantage == "gigpo" else None
         try:
             if args.eval_every and step == 0:   # where the run starts from
                 engine.module.eval()
@@ -451,7 +461,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 times = {"rollout/seconds": time.time() - t0}
 
                 # ---- advantages and weights, then the update (Eq. 2) ----
-                batch = mgrpo_batch(trajs, args.zero_std, gigpo, reduce_sum=trainlib.all_reduce_sum)
+                batch = mgrpo_batch(trajs, args.credit, reduce_sum=trainlib.all_reduce_sum)
                 learn = trainlib.all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
                 engine.module.train()
@@ -463,7 +473,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 times["train/seconds"] = time.time() - t1
                 step += 1
 
-                # ---- weight sync (vLLM; the HF backend's float64 copy; else it generates with the trainer's module) ----
+                # ---- weight sync (vLLM; the HF backend's float64 copy if it has one) ----
                 if args.backend == "hf" and learn:
                     backend.take_weights(engine.module)
                 if args.backend == "vllm" and learn:
@@ -519,7 +529,7 @@ def step_stats(trajs: list[Trajectory], batch: Batch, rounds: int, train_stats: 
         "rollout/rounds": float(rounds), "rollout/groups_dropped": float(batch.dropped),
         "rollout/frac_zero_std": sum(batch.zero_std) / max(len(batch.zero_std), 1),
         "rollout/frac_signal": (len(batch.zero_std) - sum(batch.zero_std)) / max(groups, 1)}
-    if args.advantage == "gigpo":   # anchor states shared within a group, and those with a signal
+    if args.credit.advantage == "gigpo":   # anchor states shared within a group, and those with a signal
         stats |= {"train/step_groups": float(batch.step_groups),
                   "train/step_groups_signal": float(batch.step_groups_differ)}
     if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory

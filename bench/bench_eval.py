@@ -1,10 +1,11 @@
 """Benchmark of evaluation on a CPU, printed in one run, one of two modes:
-- what batch-invariant evaluation costs (the default): eval.py --batch-invariant, the HF backend on a CPU decoding
-  in float64 and rounding the logits to float32, against float32 decoding, whose responses depend on the batch.
-  The same evaluation (make demo's tasks, validation pages, T = 1 with common noise, at most 6 interactions of 64
-  tokens, --concurrency 8, no screenshots) runs with and without --batch-invariant, alternating ABBA so that a
-  drift of the shared box falls on both; prints each run's wall seconds, the ratio of the medians, and how many
-  episodes differ between the two decodings (float32 rounding against float64: the near-ties of a tiny model).
+- what batch-invariant evaluation costs (the default): eval.py's HF backend on a CPU three ways, the same
+  evaluation (make demo's tasks, validation pages, T = 1 with common noise, at most 6 interactions of 64 tokens,
+  --concurrency 8, no screenshots) each time: ``float32`` (--no-batch-invariant: responses depend on the batch),
+  ``fixed`` (--batch-invariant: shapes fixed per request, ``HFBackend(invariance="auto")`` where its start-up
+  check holds) and ``float64`` (--batch-invariant with the check made to fail: the float64 copy, issue 67's first
+  way), in the order ABCCBA so that a drift of the shared box falls on all; prints each run's wall seconds, the
+  ratios of the medians, and how many episodes differ from float32's (the near-ties of a tiny model).
 - ``--concurrency 1,8,32,64``: the same evaluation as make demo runs it (each page twice at T = 1 and once greedy,
   batch-invariant) at each concurrency in turn; prints wall seconds and episodes a minute, and how many episodes
   (responses, reward, end) differ from the first concurrency's: an evaluation must not depend on it.
@@ -25,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import eval as ev  # noqa: E402
+import hf_backend  # noqa: E402
 import trainlib  # noqa: E402
 
 TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,"
@@ -71,18 +73,24 @@ def main() -> None:
     a = ap.parse_args()
     if a.concurrency:
         return sweep(a.model, a.pages, [int(c) for c in a.concurrency.split(",")])
-    times: dict[bool, list[float]] = {True: [], False: []}
-    seen: dict[bool, dict] = {}
+    modes = ("float32", "fixed", "float64")
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    seen: dict[str, dict] = {}
+    check = hf_backend.HFBackend._fixed_shapes_hold
     with tempfile.TemporaryDirectory() as tmp:
-        for k, invariant in enumerate((True, False, False, True)):
-            s, seen[invariant] = run(a.model, a.pages, invariant, Path(tmp) / str(k))
-            times[invariant].append(s)
-            print(f"run {k}: {'float64 (batch-invariant)' if invariant else 'float32'} {s:.1f} s", flush=True)
-    f64, f32 = statistics.median(times[True]), statistics.median(times[False])
-    differ = sum(seen[True][p][::2] != seen[False].get(p, ())[::2] for p in seen[True])   # responses, reward
-    print(f"\nmodel {a.model}, {a.pages} pages x 8 tasks at T = 1: float32 {f32:.1f} s, float64 {f64:.1f} s "
-          f"(medians of 2): batch-invariant decoding x{f64 / f32:.2f} the wall time; "
-          f"{differ} of {len(seen[True])} episodes differ between the two")
+        for k, mode in enumerate(modes + modes[::-1]):
+            hf_backend.HFBackend._fixed_shapes_hold = check if mode == "fixed" else lambda self: False
+            s, seen[mode] = run(a.model, a.pages, mode != "float32", Path(tmp) / str(k))
+            times[mode].append(s)
+            print(f"run {k}: {mode} {s:.1f} s", flush=True)
+    hf_backend.HFBackend._fixed_shapes_hold = check
+    med = {m: statistics.median(t) for m, t in times.items()}
+    print(f"\nmodel {a.model}, {a.pages} pages x 8 tasks at T = 1, medians of 2:")
+    print("| decoding | wall s | vs float32 | episodes that differ from float32's |")
+    print("|---|---:|---:|---:|")
+    for m in modes:
+        differ = sum(seen[m][p][::2] != seen["float32"].get(p, ())[::2] for p in seen[m])   # responses, reward
+        print(f"| {m} | {med[m]:.1f} | x{med[m] / med['float32']:.2f} | {differ} of {len(seen[m])} |")
 
 
 if __name__ == "__main__":

@@ -115,8 +115,7 @@ def group_gradients(model, groups: list[list[Trajectory]], modes: list[str], pad
     params = [p for p in model.parameters() if p.requires_grad]
     out: dict[str, list[torch.Tensor]] = {m: [] for m in modes}
     for trajs in groups:
-        batches = {m: train_mgrpo.mgrpo_batch(trajs, gigpo=train_mgrpo.GiGPO() if m == "gigpo" else None)
-                   for m in modes}
+        batches = {m: train_mgrpo.mgrpo_batch(trajs, train_mgrpo.Credit(m)) for m in modes}
         live = {m: b for m, b in batches.items() if b.groups}
         if not live:
             continue

@@ -52,7 +52,7 @@ def test_per_group_gradients_average_to_the_steps_eq2_gradient():
     grads = noise.group_gradients(model, groups, ["grpo", "gigpo"], 0, args)
     assert grads["grpo"].shape[0] == 2 and grads["gigpo"].shape[0] >= 2
     for mode in ("grpo", "gigpo"):
-        batch = train_mgrpo.mgrpo_batch(sum(groups, []), gigpo=train_mgrpo.GiGPO() if mode == "gigpo" else None)
+        batch = train_mgrpo.mgrpo_batch(sum(groups, []), train_mgrpo.Credit(mode))
         model.zero_grad()
         logp, _, mask = trainlib.forward_logprobs(model, batch.samples, 0, "cpu")
         loss, _ = train_mgrpo.mgrpo_loss(logp, logp.detach(), None, mask, torch.tensor(batch.adv, dtype=torch.float64),

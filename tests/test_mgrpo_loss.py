@@ -10,7 +10,7 @@ import torch
 from rollout import Sample, Trajectory
 import env as webenv
 import trainlib
-from train_mgrpo import GiGPO, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups, step_tasks
+from train_mgrpo import Credit, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups, step_tasks
 from vllm_backend import sync_weights
 
 
@@ -191,12 +191,31 @@ def test_batch_leaves_out_environment_failures_and_adds_up_over_ranks(seed):
     assert abs((losses[0] + losses[1]).item() / 2 - expected) < 1e-6
 
 
+def test_invalid_penalty_separates_equal_outcomes_by_their_unparsable_responses():
+    """``--invalid-penalty``: each unparsable response lowers its trajectory's reward for the advantages only. Two
+    failures, one with 2 unparsable responses: without the penalty a zero-std group (no signal); with 0.1 the
+    cleaner failure gets A = +1 and the other -1, and in a mixed group the success stays above both failures."""
+    groups = make_batch(random.Random(7), n_groups=2, G=2)
+    groups[0] = [dict(t, reward=0.0) for t in groups[0]]
+    groups[1][0]["reward"], groups[1][1]["reward"] = 1.0, 0.0
+    trajs, _ = as_trajectories(groups, set())
+    trajs[1].parse_errors = 2                                             # group 0's second failure
+    trajs[2].parse_errors = 1                                             # group 1's success
+    plain = mgrpo_batch(trajs)
+    assert plain.zero_std == [True, False] and plain.groups == 1
+    penalised = mgrpo_batch(trajs, Credit(invalid_penalty=0.1))
+    assert penalised.zero_std == [False, False] and penalised.groups == 2
+    first = {id(s): a for s, a in zip(penalised.samples, penalised.adv)}
+    assert [first[id(t.samples[0])] for t in trajs] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-4)
+    assert [t.reward for t in trajs] == [0.0, 0.0, 1.0, 0.0]             # the trajectories keep their success
+
+
 def test_batch_keep_zero_std_keeps_their_kl_only():
     groups = make_batch(random.Random(5), n_groups=2, G=3)
     groups[0] = [dict(t, reward=0.0) for t in groups[0]]
     groups[1][0]["reward"], groups[1][1]["reward"] = 0.0, 1.0
     trajs, _ = as_trajectories(groups, set())
-    skip, keep = mgrpo_batch(trajs, "skip"), mgrpo_batch(trajs, "keep")
+    skip, keep = mgrpo_batch(trajs, Credit(zero_std="skip")), mgrpo_batch(trajs, Credit(zero_std="keep"))
     assert keep.groups == skip.groups + 1
     n0 = sum(len(t["actions"]) for t in groups[0])
     assert keep.adv[:n0] == [0.0] * n0      # zero advantage: only the KL term acts on that group
@@ -424,12 +443,12 @@ def test_gigpo_step_advantages_worked_out_by_hand():
     for got, exp in zip(step, want):
         assert got == pytest.approx(exp, abs=1e-5)
 
-    batch = mgrpo_batch(trajs, gigpo=GiGPO(omega=1.0, gamma=0.5))
+    batch = mgrpo_batch(trajs, Credit("gigpo", omega=1.0, gamma=0.5))
     episode = [1.0, 1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0]                 # A_i of each action, in order
     assert batch.adv == pytest.approx([e + s for e, s in zip(episode, sum(want, []))], abs=1e-5)
     assert batch.weight == mgrpo_batch(trajs).weight                      # Eq. 2's weights are unchanged
     assert (batch.step_groups, batch.step_groups_differ) == (2, 2)
-    half = mgrpo_batch(trajs, gigpo=GiGPO(omega=0.5, gamma=0.5))
+    half = mgrpo_batch(trajs, Credit("gigpo", omega=0.5, gamma=0.5))
     assert half.adv == pytest.approx([e + 0.5 * s for e, s in zip(episode, sum(want, []))], abs=1e-5)
 
 
@@ -444,7 +463,7 @@ def test_gigpo_gives_all_success_groups_a_signal_and_leaves_all_failures_out():
     crashed.env_error = True
     trajs = ok + fail + [crashed]
     assert mgrpo_batch(trajs).groups == 0
-    g = mgrpo_batch(trajs, gigpo=GiGPO())
+    g = mgrpo_batch(trajs, Credit("gigpo"))
     assert g.groups == 1 and g.zero_std == [False, True]
     assert g.adv == pytest.approx([1.0, -1.0, 0.0], abs=1e-4)                # (+-0.025 / (0.025 + eps))
     assert g.samples == ok[0].samples + ok[1].samples
@@ -461,10 +480,10 @@ def test_gigpo_with_omega_zero_is_grpo_and_its_step_advantages_reach_the_loss():
             states = ["S"] + [rng.choice("ABC") for _ in range(rng.randint(0, 3))]
             trajs.append(_walk(g, float(rng.random() < 0.5), states))
     grpo = mgrpo_batch(trajs)
-    zero = mgrpo_batch(trajs, gigpo=GiGPO(omega=0.0))
+    zero = mgrpo_batch(trajs, Credit("gigpo", omega=0.0))
     assert (zero.samples, zero.adv, zero.weight, zero.groups) == (grpo.samples, grpo.adv, grpo.weight, grpo.groups)
 
-    gigpo = mgrpo_batch(trajs, gigpo=GiGPO())
+    gigpo = mgrpo_batch(trajs, Credit("gigpo"))
     assert gigpo.adv != grpo.adv
     logp = torch.full((len(gigpo.samples), 1), -1.0, dtype=torch.float64, requires_grad=True)
     mask = torch.ones_like(logp)

@@ -155,9 +155,9 @@ def test_scripts_embed_one_episode_config_as_plain_flags(capsys):
     import train_mgrpo
     import trainlib
     rl = trainlib.parse_args(train_mgrpo.Args, ["--temperature", "0.7", "--prompt", "short", "--no-compress",
-                                                "--zero-std", "keep", "--max-turns", "6"])
+                                                "--zero-std", "keep", "--max-turns", "6", "--invalid-penalty", "0.1"])
     assert rl.episode == EpisodeConfig(prompt="short", compress=False, temperature=0.7)
-    assert rl.zero_std == "keep" and rl.max_turns == 6
+    assert rl.credit == train_mgrpo.Credit(zero_std="keep", invalid_penalty=0.1) and rl.max_turns == 6
     assert trainlib.parse_args(ev.Args, []).episode.temperature == 1.0          # evaluation: the paper's T = 1
     assert trainlib.args_dict(rl)["temperature"] == 0.7 and "episode" not in trainlib.args_dict(rl)
     for bad in (["--prompt", "verbose"], ["--zero-std", "drop"], ["--backend", "tgi"]):

@@ -23,6 +23,9 @@ What it implements
   its response is a function of its prompt and seed only, never of the batch it is decoded in; the same in both
   paths (``_sample`` in the loop, ``_SeededNoise`` under ``model.generate``). Without a seed: the global
   generator's next draws.
+- Batch invariance (``invariance``): a seeded request's response the same to the bit whatever else is decoded
+  beside it, by forwards at shapes that depend on the request alone (``FIXED_SHAPES``, checked at start by
+  ``_fixed_shapes_hold``), or by a float64 copy of the model where those shapes do not suffice.
 - ``Generation``: one response, what every backend returns (``vllm_backend.VLLMBackend`` and
   ``policy.OpenAIBackend`` too); ``end_of_turn_ids``: the ids generation stops at.
 - ``model_logprobs`` / ``backend.logprobs_of``: log pi(target | prompt) per token, to compare the trainer
@@ -290,10 +293,18 @@ def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     return out.transpose(1, 2).contiguous(), None
 
 
+_DECODE_ROWS = threading.local()   # .n: the rows of a padded decode batch that are requests (the model thread's)
+
+
 def _sdpa_fixed(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """``_sdpa_gqa`` over a multiple of ``FIXED_SHAPES["cols"]`` key columns (zeros past the last key, masked),
     always with an explicit mask: a query row's arithmetic then depends on its own keys, not on how many there
-    are (``HFBackend(invariance="fixed-shapes")``)."""
+    are (``HFBackend(invariance="fixed-shapes")``). The spare rows of a padded decode batch get zeros (their
+    linear layers are what the padding is for; a batch entry's attention is computed alone anyway)."""
+    rows = getattr(_DECODE_ROWS, "n", None)
+    if rows is not None and rows < query.shape[0]:   # a padded decode batch: its spare rows need no attention
+        out, _ = _sdpa_fixed(module, query[:rows], key[:rows], value[:rows], attention_mask[:rows], dropout, scaling)
+        return torch.cat([out, out.new_zeros(query.shape[0] - rows, *out.shape[1:])]), None
     q, kv = query.shape[2], key.shape[2]
     if attention_mask is None:                                       # causal over the last q positions
         attention_mask = (torch.arange(kv, device=key.device)[None]
@@ -423,14 +434,17 @@ class _SeededNoise:
 
 # ---- the backend ----
 
-# ``HFBackend(batch_invariant=True)``'s shapes: every forward of the decode loop computes at least ``rows`` rows
-# (a prompt's prefill at least ``rows`` positions from a prefix-cache block boundary; a decode step pads its
-# batch), and a decode step attends over a multiple of ``cols`` columns. A CPU's matrix kernels pick their code
-# by shape: on the 2-core box (AMD EPYC, torch 2.x, 1-2 threads) a row of a product came out the same in every
-# product of >= 12 rows and differently in smaller ones, and an attention row the same over any number of masked
-# columns past the next multiple of 16 (bench/RESULTS.md). ``HFBackend._fixed_shapes_hold`` checks the rule on
-# the machine at hand.
+# ``HFBackend(invariance="fixed-shapes")``'s shapes: every forward of the decode loop computes at least ``rows``
+# rows (a prompt's prefill at least ``rows`` positions from a prefix-cache block boundary; a decode step pads its
+# batch), and every attention spans a multiple of ``cols`` key columns (``_sdpa_fixed``). A CPU's kernels pick
+# their code by shape: on the 2-core box (AMD EPYC, torch's CPU kernels) a row of a matrix product came out the
+# same to the bit in every product of >= 4 rows at 1 thread (>= 12 at 2) and differently in smaller ones, and
+# SDPA gave a query row the same result whatever the number of keys once they were padded to a multiple of 512
+# (its kernel splits keys into blocks of 512, or into one block of their own length below that; bench/RESULTS.md).
+# At 2 threads attention over a few rows still differed, so there the start-up check fails. ``_fixed_shapes_hold``
+# checks the rule on the machine at hand.
 FIXED_SHAPES = {"rows": 16, "cols": 512}
+_FIXED_SHAPES_HOLD: dict[tuple, bool] = {}     # (config, dtype, device, threads) -> what the check found
 
 
 def continuous_batching_supported(model) -> bool:
@@ -521,8 +535,9 @@ class HFBackend:
         self._worker: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         if invariance in ("auto", "fixed-shapes"):
-            # checked in the model thread: its torch threads are part of what the kernels choose by
-            self.fixed_shapes = self.loop and self._executor.submit(self._fixed_shapes_hold).result()
+            # checked in the model thread (its torch threads are part of what the kernels choose by), once per
+            # process for a model's shapes, dtype and threads (eval.py builds one backend per model)
+            self.fixed_shapes = self.loop and self._executor.submit(self._fixed_shapes_checked).result()
             if not self.fixed_shapes and invariance == "fixed-shapes":
                 raise RuntimeError("HFBackend: fixed shapes do not make this machine's rows batch-invariant")
             if not self.fixed_shapes:
@@ -587,6 +602,13 @@ class HFBackend:
         for r in pending:
             r.future.cancel()
         self._executor.shutdown(wait=False)
+
+    def _fixed_shapes_checked(self) -> bool:
+        p = next(self.model.parameters())
+        key = (self.model.config.to_json_string(), p.dtype, p.device, torch.get_num_threads())
+        if key not in _FIXED_SHAPES_HOLD:
+            _FIXED_SHAPES_HOLD[key] = self._fixed_shapes_hold()
+        return _FIXED_SHAPES_HOLD[key]
 
     @torch.inference_mode()
     def _fixed_shapes_hold(self, lengths: Sequence[int] = (40, 90, 200, 460, 530, 700, 1100), steps: int = 3) -> bool:
@@ -786,9 +808,13 @@ class HFBackend:
         slab.n = len(pos)
         slab.write, slab.cols = (torch.arange(len(pos), device=dev), pos), cols
         mask = (torch.arange(cols, device=dev)[None] <= pos[:, None])[:, None, None]   # [m, 1, 1, cols]
-        with self._attention():
-            logits = self.model(input_ids=torch.tensor(ids, device=dev), position_ids=pos[:, None],
-                                attention_mask=mask, past_key_values=slab, use_cache=True).logits[:n, -1]  # [n, V]
+        _DECODE_ROWS.n = n if self.fixed_shapes else None
+        try:
+            with self._attention():
+                logits = self.model(input_ids=torch.tensor(ids, device=dev), position_ids=pos[:, None],
+                                    attention_mask=mask, past_key_values=slab, use_cache=True).logits[:n, -1]  # [n, V]
+        finally:
+            _DECODE_ROWS.n = None
         slab.n = n
         return logits
 

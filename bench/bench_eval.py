@@ -76,14 +76,14 @@ def main() -> None:
     modes = ("float32", "fixed", "float64")
     times: dict[str, list[float]] = {m: [] for m in modes}
     seen: dict[str, dict] = {}
-    check = hf_backend.HFBackend._fixed_shapes_hold
+    check = hf_backend.HFBackend._fixed_shapes_checked
     with tempfile.TemporaryDirectory() as tmp:
         for k, mode in enumerate(modes + modes[::-1]):
-            hf_backend.HFBackend._fixed_shapes_hold = check if mode == "fixed" else lambda self: False
+            hf_backend.HFBackend._fixed_shapes_checked = check if mode == "fixed" else lambda self: False
             s, seen[mode] = run(a.model, a.pages, mode != "float32", Path(tmp) / str(k))
             times[mode].append(s)
             print(f"run {k}: {mode} {s:.1f} s", flush=True)
-    hf_backend.HFBackend._fixed_shapes_hold = check
+    hf_backend.HFBackend._fixed_shapes_checked = check
     med = {m: statistics.median(t) for m, t in times.items()}
     print(f"\nmodel {a.model}, {a.pages} pages x 8 tasks at T = 1, medians of 2:")
     print("| decoding | wall s | vs float32 | episodes that differ from float32's |")

@@ -611,11 +611,13 @@ class HFBackend:
         return _FIXED_SHAPES_HOLD[key]
 
     @torch.inference_mode()
-    def _fixed_shapes_hold(self, lengths: Sequence[int] = (40, 90, 200, 460, 530, 700, 1100), steps: int = 3) -> bool:
+    def _fixed_shapes_hold(self, lengths: Sequence[int] = (40, 200, 530, 1100), copies: int = 5,
+                           steps: int = 3) -> bool:
         """Whether this machine computes the decode loop's rows alike at ``FIXED_SHAPES`` (model thread, at start):
         random prompts, each a prefix of the next, decoded ``steps`` tokens alone (prefilled in full) and then all
-        together, three rows each (prefilled from the blocks the previous prompt cached); every logit must be
-        the same to the bit. Lengths stop short of the model's context."""
+        together, ``copies`` rows each (more rows than a batch is padded to; prefilled from the blocks the
+        previous prompt or copy cached, keys over 1, 2 and 3 blocks of 512); every logit must be the same to the
+        bit. Lengths stop short of the model's context."""
         self.fixed_shapes = True
         limit = getattr(self.model.config, "max_position_embeddings", 2048) - steps - 1
         lengths = [n for n in lengths if n <= limit]
@@ -646,8 +648,8 @@ class HFBackend:
                 self._prefixes.clear()
                 alone += decode([p])
             self._prefixes.clear()
-            together = decode([p for p in prompts for _ in range(3)])
-            return all(torch.equal(a, t) for a, t in zip([a for a in alone for _ in range(3)], together))
+            together = decode([p for p in prompts for _ in range(copies)])
+            return all(torch.equal(a, t) for a, t in zip([a for a in alone for _ in range(copies)], together))
         finally:
             self._prefixes.clear()
             self.fixed_shapes = False

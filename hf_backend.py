@@ -297,7 +297,7 @@ _DECODE_ROWS = threading.local()   # .n: the rows of a padded decode batch that 
 
 
 def _sdpa_fixed(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """``_sdpa_gqa`` over a multiple of ``FIXED_SHAPES["cols"]`` key columns (zeros past the last key, masked),
+    """``_sdpa_gqa`` over ``fixed_cols(keys)`` key columns (zeros past the last key, masked),
     always with an explicit mask: a query row's arithmetic then depends on its own keys, not on how many there
     are (``HFBackend(invariance="fixed-shapes")``). The spare rows of a padded decode batch get zeros (their
     linear layers are what the padding is for; a batch entry's attention is computed alone anyway)."""
@@ -309,7 +309,7 @@ def _sdpa_fixed(module, query, key, value, attention_mask, dropout=0.0, scaling=
     if attention_mask is None:                                       # causal over the last q positions
         attention_mask = (torch.arange(kv, device=key.device)[None]
                           <= torch.arange(kv - q, kv, device=key.device)[:, None])[None, None]   # [1, 1, q, kv]
-    pad = -kv % FIXED_SHAPES["cols"]
+    pad = fixed_cols(kv) - kv
     if pad:
         key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (key, value))
         attention_mask = torch.nn.functional.pad(attention_mask, (0, pad), value=False)
@@ -443,7 +443,14 @@ class _SeededNoise:
 # (its kernel splits keys into blocks of 512, or into one block of their own length below that; bench/RESULTS.md).
 # At 2 threads attention over a few rows still differed, so there the start-up check fails. ``_fixed_shapes_hold``
 # checks the rule on the machine at hand.
-FIXED_SHAPES = {"rows": 16, "cols": 512}
+FIXED_SHAPES = {"rows": 16, "cols": 512, "col_step": 64}
+
+
+def fixed_cols(n: int) -> int:
+    """The key columns an attention over ``n`` keys spans at fixed shapes: at least ``FIXED_SHAPES["cols"]`` (512),
+    a multiple of ``col_step`` (64) past that."""
+    step = FIXED_SHAPES["col_step"]
+    return max(FIXED_SHAPES["cols"], -(-n // step) * step)
 _FIXED_SHAPES_HOLD: dict[tuple, bool] = {}     # (config, dtype, device, threads) -> what the check found
 
 
@@ -796,14 +803,13 @@ class HFBackend:
     def _forward(self, rows: list[_Row], slab: _Slab) -> torch.Tensor:
         """The next-token logits ``[n, V]`` of every row (its last token at its position). With ``fixed_shapes``
         the batch is padded to at least ``FIXED_SHAPES["rows"]`` rows (the spare ones read and write column 0 of
-        slab rows nobody uses) and the attention spans a multiple of ``FIXED_SHAPES["cols"]`` columns."""
+        slab rows nobody uses) and the attention spans ``fixed_cols`` columns."""
         n, dev = len(rows), slab.k[0].device
         pos = torch.tensor([r.pos for r in rows], device=dev)                         # [n]
         cols = int(pos.max()) + 1
         ids = [[r.ids[-1]] for r in rows]
         if self.fixed_shapes:
-            rows_to, cols_to = FIXED_SHAPES["rows"], FIXED_SHAPES["cols"]
-            cols = -(-cols // cols_to) * cols_to
+            rows_to, cols = FIXED_SHAPES["rows"], fixed_cols(cols)
             slab.grow(max(n, rows_to), cols)
             pos = torch.cat([pos, pos.new_zeros(max(0, rows_to - n))])               # [m]
             ids += [[self.pad_id]] * (len(pos) - n)

@@ -439,8 +439,9 @@ class _SeededNoise:
 # batch), and every attention spans a multiple of ``cols`` key columns (``_sdpa_fixed``). A CPU's kernels pick
 # their code by shape: on the 2-core box (AMD EPYC, torch's CPU kernels) a row of a matrix product came out the
 # same to the bit in every product of >= 4 rows at 1 thread (>= 12 at 2) and differently in smaller ones, and
-# SDPA gave a query row the same result whatever the number of keys once they were padded to a multiple of 512
-# (its kernel splits keys into blocks of 512, or into one block of their own length below that; bench/RESULTS.md).
+# SDPA gave a query row the same result whatever the number of keys once they were padded to at least 512 and a
+# multiple of 64 (its kernel splits keys into blocks of 512, or into one block of their own length below that, so
+# a row's keys must never sit in a shorter block; bench/RESULTS.md).
 # At 2 threads attention over a few rows still differed, so there the start-up check fails. ``_fixed_shapes_hold``
 # checks the rule on the machine at hand.
 FIXED_SHAPES = {"rows": 16, "cols": 512, "col_step": 64}

@@ -436,7 +436,7 @@ class _SeededNoise:
 
 # ``HFBackend(invariance="fixed-shapes")``'s shapes: every forward of the decode loop computes at least ``rows``
 # rows (a prompt's prefill at least ``rows`` positions from a prefix-cache block boundary; a decode step pads its
-# batch), and every attention spans a multiple of ``cols`` key columns (``_sdpa_fixed``). A CPU's kernels pick
+# batch), and every attention spans ``fixed_cols`` key columns (``_sdpa_fixed``). A CPU's kernels pick
 # their code by shape: on the 2-core box (AMD EPYC, torch's CPU kernels) a row of a matrix product came out the
 # same to the bit in every product of >= 4 rows at 1 thread (>= 12 at 2) and differently in smaller ones, and
 # SDPA gave a query row the same result whatever the number of keys once they were padded to at least 512 and a
@@ -452,6 +452,8 @@ def fixed_cols(n: int) -> int:
     a multiple of ``col_step`` (64) past that."""
     step = FIXED_SHAPES["col_step"]
     return max(FIXED_SHAPES["cols"], -(-n // step) * step)
+
+
 _FIXED_SHAPES_HOLD: dict[tuple, bool] = {}     # (config, dtype, device, threads) -> what the check found
 
 
@@ -626,7 +628,7 @@ class HFBackend:
         together, ``copies`` rows each (more rows than a batch is padded to; prefilled from the blocks the
         previous prompt or copy cached, keys over 1, 2 and 3 blocks of 512); every logit must be the same to the
         bit. Lengths stop short of the model's context."""
-        self.fixed_shapes = True
+        self.fixed_shapes, stats = True, dict(self.stats)
         limit = getattr(self.model.config, "max_position_embeddings", 2048) - steps - 1
         lengths = [n for n in lengths if n <= limit]
         vocab = self.model.get_input_embeddings().num_embeddings
@@ -660,7 +662,7 @@ class HFBackend:
             return all(torch.equal(a, t) for a, t in zip([a for a in alone for _ in range(copies)], together))
         finally:
             self._prefixes.clear()
-            self.fixed_shapes = False
+            self.fixed_shapes, self.stats = False, stats
 
     def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._loop is not loop or self._worker is None or self._worker.done():

@@ -194,7 +194,7 @@ def test_batch_leaves_out_environment_failures_and_adds_up_over_ranks(seed):
 def test_invalid_penalty_separates_equal_outcomes_by_their_unparsable_responses():
     """``--invalid-penalty``: each unparsable response lowers its trajectory's reward for the advantages only. Two
     failures, one with 2 unparsable responses: without the penalty a zero-std group (no signal); with 0.1 the
-    cleaner failure gets A = +1 and the other -1, and in a mixed group the success stays above both failures."""
+    cleaner failure gets A = +1 and the other -1; a success with one unparsable response stays above a failure."""
     groups = make_batch(random.Random(7), n_groups=2, G=2)
     groups[0] = [dict(t, reward=0.0) for t in groups[0]]
     groups[1][0]["reward"], groups[1][1]["reward"] = 1.0, 0.0

@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 import eval as ev  # noqa: E402
 import hf_backend  # noqa: E402
 import trainlib  # noqa: E402
 
-TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,"
-         "email-inbox-noscroll,email-inbox-forward-nl-turk,click-option")
+TASKS = DEMO_TASKS   # make demo's 8 tasks (scripts/demo_common.sh)
 
 
 def run(model: str, pages: int, invariant: bool, out: Path, concurrency: int = 8,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 
 import torch  # noqa: E402
 
@@ -43,8 +44,6 @@ import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts  # noqa: E402
 
-DEMO_TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,"
-              "email-inbox-noscroll,email-inbox-forward-nl-turk,click-option")
 
 
 @dataclass

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 
 import env as webenv  # noqa: E402
 import hf_backend  # noqa: E402
@@ -55,8 +56,6 @@ import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402  (the batch and the update this bench times)
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
 
-DEMO_TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,"
-              "email-inbox-noscroll,email-inbox-forward-nl-turk,click-option")
 
 
 @dataclass

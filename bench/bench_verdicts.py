@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 import env  # noqa: E402
 from rollout import Runner  # noqa: E402
 
-TASKS = ("miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,"
-         "email-inbox-noscroll,email-inbox-forward-nl-turk,click-option")     # make demo's 8 tasks
+TASKS = DEMO_TASKS   # make demo's 8 tasks (scripts/demo_common.sh)
 WORDS = ("hi", "abc", "Lorem", "42", "yes", "ok")
 
 

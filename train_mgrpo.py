@@ -19,7 +19,7 @@ batch-invariantly, the update reads the samples in job order; a resumed run equa
 
 Beyond the paper (off by default, each with a row in docs/results.md): ``--advantage gigpo`` (GiGPO's
 step-level credit), ``--dynamic-sampling N`` (DAPO), ``--lora-rank`` (peft), ``--warmup-steps``,
-``--time-budget``. Ablations that did not earn a place live in git history (docs/results.md names the commits).
+``--time-budget``; ``--invalid-penalty`` (verl-agent's) is being measured (experiments/demo_recipe.sh). Ablations that did not earn a place live in git history (docs/results.md names the commits).
 Departures: the default batch is B=4 x G=4 (the paper's 16 trajectories; it does not give G). With
 ``--updates-per-batch 1`` (default) the ratio is 1, as in the paper's on-policy setting.
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import eval as ev  # noqa: E402
+import eval_stats as ev  # noqa: E402  (the statistics of eval.py)
 
 
 def records(d: Path) -> list[dict]:

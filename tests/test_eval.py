@@ -13,6 +13,7 @@ import pytest
 
 import env as webenv
 import eval as ev
+import eval_stats
 import trainlib
 from rollout import EnvConfig, EpisodeConfig
 from fake_openai import ChatHandler, serve
@@ -262,33 +263,33 @@ def test_standard_errors_and_paired_differences():
         return {"run": run, "task": task, "seed": seed, "success": ok}
     a = [rec("bc", "t1", s, s < 5) for s in range(10)] + [rec("bc", "t2", s, False) for s in range(10)]
     b = [rec("rl", "t1", s, s < 8) for s in range(10)] + [rec("rl", "t2", s, s == 0) for s in range(10)]
-    assert ev.stderr(a[:10]) == pytest.approx((0.5 * 0.5 / 10) ** 0.5)
-    assert ev.stderr(a) == pytest.approx(((0.5 ** 2) * 0.25 / 10) ** 0.5)   # t2 is all failures: no variance
-    d = ev.paired(a + b, ["bc", "rl"])["rl - bc"]
+    assert eval_stats.stderr(a[:10]) == pytest.approx((0.5 * 0.5 / 10) ** 0.5)
+    assert eval_stats.stderr(a) == pytest.approx(((0.5 ** 2) * 0.25 / 10) ** 0.5)   # t2 is all failures: no variance
+    d = eval_stats.paired(a + b, ["bc", "rl"])["rl - bc"]
     diffs = [1.0] * 3 + [0.0] * 7 + [1.0] + [0.0] * 9                        # s = 5, 6, 7 of t1; s = 0 of t2
     mean = sum(diffs) / 20
     assert d["n"] == 20 and d["diff"] == pytest.approx(mean)
     assert d["stderr"] == pytest.approx((sum((x - mean) ** 2 for x in diffs) / 19 / 20) ** 0.5)
-    assert ev.paired(a + b + [rec("x", "t3", 0, True)], ["bc", "rl", "x"]).keys() == {"rl - bc"}
+    assert eval_stats.paired(a + b + [rec("x", "t3", 0, True)], ["bc", "rl", "x"]).keys() == {"rl - bc"}
 
 
 def test_samples_per_page_pass_at_k_and_clustered_errors():
     """K samples per page: a page's success is their mean, the SE is that of page means (by task), pass@k is
     Chen et al.'s estimator, paired differences are page by page; the noise base is shared only when common."""
-    assert ev.pass_at_k(4, 0, 2) == 0.0 and ev.pass_at_k(4, 3, 2) == 1.0 and ev.pass_at_k(4, 4, 4) == 1.0
-    assert ev.pass_at_k(4, 1, 1) == 0.25 and ev.pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)   # 1 - C(3,2)/C(4,2)
+    assert eval_stats.pass_at_k(4, 0, 2) == 0.0 and eval_stats.pass_at_k(4, 3, 2) == 1.0 and eval_stats.pass_at_k(4, 4, 4) == 1.0
+    assert eval_stats.pass_at_k(4, 1, 1) == 0.25 and eval_stats.pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)   # 1 - C(3,2)/C(4,2)
     def rec(run, seed, sample, ok):
         return {"run": run, "task": "t", "seed": seed, "sample": sample, "success": ok}
     bc = [rec("bc", s, k, s == 0 or (s == 1 and k == 0)) for s in range(4) for k in range(2)]   # pages 1, .5, 0, 0
     rl = [rec("rl", s, k, s < 2) for s in range(4) for k in range(2)]                          # pages 1, 1, 0, 0
     means = [1.0, 0.5, 0.0, 0.0]
     m = sum(means) / 4
-    assert ev.stderr(bc) == pytest.approx((sum((x - m) ** 2 for x in means) / 4 / 4) ** 0.5)
-    assert ev.page_values(bc, 2) == {("t", 0): 1.0, ("t", 1): 1.0, ("t", 2): 0.0, ("t", 3): 0.0}
-    d = ev.paired(bc + rl, ["bc", "rl"])["rl - bc"]
+    assert eval_stats.stderr(bc) == pytest.approx((sum((x - m) ** 2 for x in means) / 4 / 4) ** 0.5)
+    assert eval_stats.page_values(bc, 2) == {("t", 0): 1.0, ("t", 1): 1.0, ("t", 2): 0.0, ("t", 3): 0.0}
+    d = eval_stats.paired(bc + rl, ["bc", "rl"])["rl - bc"]
     assert d["n"] == 4 and d["diff"] == pytest.approx(0.5 / 4)
     assert d["stderr"] == pytest.approx(((0.5 - 0.125) ** 2 + 3 * 0.125 ** 2) ** 0.5 / 3 ** 0.5 / 2)
-    assert ev.paired(bc + rl, ["bc", "rl"], k=2)["rl - bc"]["diff"] == 0.0
+    assert eval_stats.paired(bc + rl, ["bc", "rl"], k=2)["rl - bc"]["diff"] == 0.0
     common, independent = ev.Args(), ev.Args(noise="independent")
     assert ev.noise_base(common, "bc") == ev.noise_base(common, "rl") == 0
     assert len({ev.noise_base(independent, "bc"), ev.noise_base(independent, "rl"), 0}) == 3

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, Sequence, get_args
+from typing import Literal, NamedTuple, Sequence, get_args
 
 # ---- constants ----
 
@@ -457,34 +457,43 @@ def rl_sample(prompt_ids: Sequence[int], action_ids: Sequence[int]) -> tuple[lis
 
 # ---- length policy ----
 
+class FittedPrompt(NamedTuple):
+    """``fit_prompt``'s result: the prompt's token ids, the observation tokens cut (counted on the observation
+    alone), the observation text shown (store that in the ``Turn``) and the same prompt as chat messages (for
+    backends that take messages: ``policy.OpenAIBackend``)."""
+    ids: list[int]
+    cut: int
+    shown: str
+    messages: list[dict]
+
+
 def fit_prompt(tokenizer, intent: str, turns: Sequence[Turn], obs: str, error: str | None = None, *,
                max_context: int = MAX_CONTEXT, max_new_tokens: int = MAX_NEW_TOKENS,
-               prompt: str | None = "thinking", compress: bool = True, return_obs: bool = False):
-    """Prompt ids for the current step such that ``len(prompt_ids) + max_new_tokens <= max_context``.
-    Only the current observation is cut: its tail is dropped at a character boundary and replaced by
-    ``TRUNCATION_MARK``. Returns ``(prompt_ids, n_truncated_tokens)`` (observation tokens dropped, counted
-    on the observation alone), plus the observation text shown when ``return_obs`` (store that in the
-    ``Turn``). Raises ``ContextOverflowError`` when even an empty observation does not fit."""
+               prompt: str | None = "thinking", compress: bool = True) -> FittedPrompt:
+    """The prompt for the current step such that ``len(ids) + max_new_tokens <= max_context``. Only the current
+    observation is cut: its tail is dropped at a character boundary and replaced by ``TRUNCATION_MARK``.
+    Raises ``ContextOverflowError`` when even an empty observation does not fit."""
     budget = max_context - max_new_tokens
     if budget <= 0:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be below max_context ({max_context})")
 
-    def render(shown: str) -> list[int]:
+    def render(shown: str) -> FittedPrompt:    # (cut filled in at the end)
         msgs = build_messages(intent, turns, shown, error, prompt=prompt, compress=compress)
-        return render_prompt(tokenizer, msgs)
+        return FittedPrompt(render_prompt(tokenizer, msgs), 0, shown, msgs)
 
-    ids = render(obs)
-    if len(ids) <= budget:
-        return (ids, 0, obs) if return_obs else (ids, 0)
+    whole = render(obs)
+    if len(whole.ids) <= budget:
+        return whole
+    ids = whole.ids
     empty = render(TRUNCATION_MARK)
-    if len(empty) > budget:
+    if len(empty.ids) > budget:
         raise ContextOverflowError(
-            f"prompt has {len(empty)} tokens with the current observation emptied, more than max_context "
+            f"prompt has {len(empty.ids)} tokens with the current observation emptied, more than max_context "
             f"{max_context} - max_new_tokens {max_new_tokens} = {budget} ({len(turns)} past turns, "
             f"compress={compress}); shorten the history, enable compression or raise max_context")
     # Search the number of kept characters c: render(obs[:c] + mark) fits at lo, overflows at hi.
     # Tokens grow about linearly with c, so interpolate (regula falsi); usually 1-3 renders.
-    lo, n_lo, best = 0, len(empty), empty
+    lo, n_lo, best = 0, len(empty.ids), empty
     hi, n_hi = len(obs), len(ids)
     target = budget - _FIT_SLACK // 2  # aim inside the accepted band [budget - slack, budget]
     for it in range(64):
@@ -496,12 +505,10 @@ def fit_prompt(tokenizer, intent: str, turns: Sequence[Turn], obs: str, error: s
         else:  # interpolation stalls on very uneven text: plain bisection, O(log |obs|) more renders
             c = (lo + hi) // 2
         cand = render(obs[:c] + TRUNCATION_MARK)
-        if len(cand) <= budget:
-            lo, n_lo, best = c, len(cand), cand
+        if len(cand.ids) <= budget:
+            lo, n_lo, best = c, len(cand.ids), cand
         else:
-            hi, n_hi = c, len(cand)
-    shown = obs[:lo] + TRUNCATION_MARK
+            hi, n_hi = c, len(cand.ids)
     n_obs = len(tokenizer.encode(obs, add_special_tokens=False))
     n_kept = len(tokenizer.encode(obs[:lo], add_special_tokens=False)) if lo else 0
-    n_cut = n_obs - n_kept
-    return (best, n_cut, shown) if return_obs else (best, n_cut)
+    return best._replace(cut=n_obs - n_kept)

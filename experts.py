@@ -93,7 +93,7 @@ import env as webenv
 from compress import PromptKind, format_response, split_response   # the response format lives in compress.py
 from env import sitesuite, suite_site   # the site suite: its family name (env registers it), its site's account
 from env.actions import Action, format_action, parse_action   # the action grammar
-from rollout import Runner
+from rollout import Job, Runner
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
@@ -1140,13 +1140,13 @@ async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwarg
         bar = tqdm(total=len(jobs), desc="demos", unit="ep", dynamic_ncols=True)
     ok = 0
 
-    def failed(task, reason: str) -> tuple[dict, str]:   # a reset that failed, or a demonstration too long
-        return {"task": task.task_id, "seed": task.seed, "intent": "", "reward": 0.0, "steps": []}, reason
+    def failed(job: Job, reason: str) -> tuple[dict, str]:   # a reset that failed, or a demonstration too long
+        return {"task": job.task.task_id, "seed": job.task.seed, "intent": "", "reward": 0.0, "steps": []}, reason
 
-    def done(task, result: tuple[dict, str | None]) -> None:
+    def done(job: Job, result: tuple[dict, str | None]) -> None:
         nonlocal ok
         if result[1]:
-            log.info("%s seed %d failed: %s", task.task_id, task.seed, result[1])
+            log.info("%s seed %d failed: %s", job.task.task_id, job.task.seed, result[1])
         ok += result[1] is None
         if bar is not None:
             bar.update(1)
@@ -1155,8 +1155,8 @@ async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwarg
     async with webenv.BrowserPool(**(pool_kwargs or {})) as pool, \
             Runner(pool, concurrency, timeout_s=EPISODE_TIMEOUT_S,
                    env_kwargs=env_kwargs or {}) as runner:
-        results = await runner.run(jobs, lambda env, task: demonstrate(env, task, prompt, thoughts, quality),
-                                   failed, done)
+        results = await runner.run([Job(t) for t in jobs],
+                                   lambda env, job: demonstrate(env, job.task, prompt, thoughts, quality), failed, done)
     if bar is not None:
         bar.close()
     return sorted(results, key=lambda r: (r[0]["task"], r[0]["seed"]))

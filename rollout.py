@@ -24,7 +24,6 @@ Experts (experts.py) run their scripted episodes through the same ``Runner``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -193,18 +192,15 @@ async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg
     turns: list[compress.Turn] = []
     while True:
         try:
-            prompt_ids, n_cut, shown = compress.fit_prompt(
+            prompt_ids, n_cut, shown, messages = compress.fit_prompt(
                 tokenizer, obs.intent, turns, obs.text, obs.error, max_context=cfg.max_context,
-                max_new_tokens=cfg.max_new_tokens, prompt=cfg.prompt, compress=cfg.compress, return_obs=True)
+                max_new_tokens=cfg.max_new_tokens, prompt=cfg.prompt, compress=cfg.compress)
         except compress.ContextOverflowError as e:   # the history alone fills the context (--no-compress)
             traj.done_reason = f"context_overflow: {e}"
             traj.seconds = time.perf_counter() - start
             return traj
         traj.truncated_tokens += n_cut
         shot = await _screenshot(env, screenshot_dir, f"step_{len(traj.steps)}.png")
-        # the same prompt as chat messages, for HTTP backends (OpenAIBackend); the others use the ids
-        messages = compress.build_messages(obs.intent, turns, shown, obs.error, prompt=cfg.prompt,
-                                           compress=cfg.compress)
         seed = None if noise is None else request_seed(noise, task.task_id, task.seed, sample, len(traj.steps))
         gen = await backend.generate(prompt_ids, messages=messages, max_new_tokens=cfg.max_new_tokens,
                                      temperature=cfg.temperature, top_p=cfg.top_p, seed=seed)
@@ -241,7 +237,6 @@ async def _screenshot(env: webenv.WebEnv, out_dir: Path | None, name: str) -> st
 
 # ---- many episodes over a pool of contexts ----
 
-J = TypeVar("J")
 R = TypeVar("R")
 
 
@@ -294,23 +289,21 @@ class Runner:
             self._idle.append(env)
             self._returned.notify()
 
-    async def run(self, jobs: Sequence[J], episode: Callable[[webenv.WebEnv, J], Awaitable[R]],
-                  on_failure: Callable[[J, str], R], on_done: Callable[[J, R], None] | None = None) -> list[R]:
+    async def run(self, jobs: Sequence[Job], episode: Callable[[webenv.WebEnv, Job], Awaitable[R]],
+                  on_failure: Callable[[Job, str], R], on_done: Callable[[Job, R], None] | None = None) -> list[R]:
         """``episode(env, job)`` for every job, at most ``size`` at a time, each on its own context; returns
         the results in job order. An episode that raises ``env.EpisodeCrash`` or runs past ``timeout_s``
         gets ``on_failure(job, reason)`` as its result and its context is replaced; ``on_done(job, result)``
         is called as each episode ends."""
-        async def one(job: J) -> R:
-            task = getattr(job, "task", job)   # a rollout Job, or a bare Task (experts)
-            env = None
+        async def one(job: Job) -> R:
+            task, env = job.task, None
             try:
                 # what the episode needs to itself (a site replica: env.SitePool), waited for before it
                 # takes a context and outside its time limit, given back however it ends; the callbacks get the
                 # job as given, the episode the job on its lease
-                async with webenv.family_of(task).lease(task) if isinstance(task, webenv.Task) \
-                        else contextlib.nullcontext(task) as leased:
+                async with webenv.family_of(task).lease(task) as leased:
                     env = await self._get_env(leased)
-                    here = job if leased is task else leased if job is task else dataclasses.replace(job, task=leased)
+                    here = job if leased is task else dataclasses.replace(job, task=leased)
                     result = await asyncio.wait_for(episode(env, here), self.timeout_s)
             except (webenv.EpisodeCrash, asyncio.TimeoutError) as e:
                 reason = (f"timeout: the episode took more than {self.timeout_s:.0f}s"

@@ -200,7 +200,7 @@ def bench_template(args: Args, template: str, corpus: list[str]) -> dict:
     t = min(15, args.turns)
     big = " ".join(obs[:6])
     fit = timed(lambda: compress.fit_prompt(tok, intent, turns[:t - 1], big), args.reps)
-    ids, n_cut = compress.fit_prompt(tok, intent, turns[:t - 1], big)
+    ids, n_cut, _, _ = compress.fit_prompt(tok, intent, turns[:t - 1], big)
     print(f"\nfit_prompt at turn {t} with a {len(tok.encode(big, add_special_tokens=False))}-token observation: "
           f"{fit * 1e3:.1f} CPU ms, prompt {len(ids)} tokens (<= 16384 - 1024), {n_cut} observation tokens cut")
     return {"rows": rows, "times": times, "n_tok": n_tok}

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 import env  # noqa: E402
-from rollout import Runner  # noqa: E402
+from rollout import Job, Runner  # noqa: E402
 
 TASKS = DEMO_TASKS   # make demo's 8 tasks (scripts/demo_common.sh)
 WORDS = ("hi", "abc", "Lorem", "42", "yes", "ok")
@@ -109,11 +109,11 @@ async def play_pages(pool: env.BrowserPool, tasks: list[env.Task], concurrency: 
                      env_kwargs: dict[str, Any] | None = None, timeout_s: float = 600) -> dict[tuple, dict]:
     """``play`` on every task (its seed and max_steps set) through a ``rollout.Runner`` of ``concurrency``
     contexts; {(task_id, seed): episode}. A failed reset or an episode past ``timeout_s`` is recorded as such."""
-    def failed(task: env.Task, reason: str) -> dict[str, Any]:
+    def failed(job: Job, reason: str) -> dict[str, Any]:
         return {"failed": reason, "seconds": []}
 
     async with Runner(pool, concurrency, timeout_s=timeout_s, env_kwargs=env_kwargs) as runner:
-        out = await runner.run(tasks, play, failed)
+        out = await runner.run([Job(t) for t in tasks], lambda e, job: play(e, job.task), failed)
     return {(t.task_id, t.seed): ep for t, ep in zip(tasks, out)}
 
 

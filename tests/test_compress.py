@@ -244,21 +244,21 @@ def test_fit_prompt_truncates_only_the_current_observation(tok):
     turns = _trajectory(4)
     obs = _page(4, n_items=150)
     untouched = compress.render_prompt(tok, compress.build_messages(INTENT, turns, obs))
-    assert compress.fit_prompt(tok, INTENT, turns, obs) == (untouched, 0)
+    assert compress.fit_prompt(tok, INTENT, turns, obs)[:3] == (untouched, 0, obs)
     new = 64
     max_context = len(untouched) + new - 500
-    ids, n_cut, shown = compress.fit_prompt(tok, INTENT, turns, obs, max_context=max_context,
-                                            max_new_tokens=new, return_obs=True)
+    ids, n_cut, shown, messages = compress.fit_prompt(tok, INTENT, turns, obs, max_context=max_context,
+                                                      max_new_tokens=new)
     assert max_context - new - compress._FIT_SLACK <= len(ids) <= max_context - new
     kept = shown.removesuffix(compress.TRUNCATION_MARK)
     assert shown.endswith(compress.TRUNCATION_MARK) and obs.startswith(kept) and len(kept) < len(obs)
     n_obs = len(tok.encode(obs, add_special_tokens=False))
     assert n_cut == n_obs - len(tok.encode(kept, add_special_tokens=False)) and 500 <= n_cut < 560
-    assert ids == compress.render_prompt(tok, compress.build_messages(INTENT, turns, shown))
+    assert messages == compress.build_messages(INTENT, turns, shown) and ids == compress.render_prompt(tok, messages)
     # history untouched: the prompt up to the current observation is the untruncated one
     head = compress.render_prompt(tok, compress.build_messages(INTENT, turns, "")[:-1])
     assert ids[:len(head) - 2] == untouched[:len(head) - 2]
-    assert compress.fit_prompt(tok, INTENT, turns, obs, max_context=max_context, max_new_tokens=new) == (ids, n_cut)
+    assert compress.fit_prompt(tok, INTENT, turns, obs, max_context=max_context, max_new_tokens=new)[:2] == (ids, n_cut)
 
 
 def test_fit_prompt_raises_when_history_alone_overflows(chatml):
@@ -266,8 +266,8 @@ def test_fit_prompt_raises_when_history_alone_overflows(chatml):
     with pytest.raises(ContextOverflowError, match="emptied"):
         compress.fit_prompt(chatml, INTENT, turns, _page(10), compress=False, max_context=3072,
                             max_new_tokens=1024)
-    ids, n_cut = compress.fit_prompt(chatml, INTENT, turns, _page(10, n_items=100), max_context=3072,
-                                     max_new_tokens=1024)  # compressed: the same history fits
+    ids, n_cut, _, _ = compress.fit_prompt(chatml, INTENT, turns, _page(10, n_items=100), max_context=3072,
+                                           max_new_tokens=1024)  # compressed: the same history fits
     assert len(ids) <= 2048 and n_cut > 0
     with pytest.raises(ValueError, match="max_new_tokens"):
         compress.fit_prompt(chatml, INTENT, [], "x", max_context=100, max_new_tokens=100)

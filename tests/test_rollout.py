@@ -112,7 +112,8 @@ def test_runner_gives_an_episode_the_context_that_last_had_its_page(run, pool):
     that waited longest (whose page would be loaded again)."""
     tasks = [click_button(31), dataclasses.replace(webenv.load_tasks("miniwob:click-link")[0], seed=31)]
 
-    async def episode(env, t):
+    async def episode(env, job):
+        t = job.task
         await env.reset(t)
         seen = await env.page.evaluate("window.__ran || null")          # what this page ran before
         await env.page.evaluate("(name) => { window.__ran = name; }", t.task_id)
@@ -122,8 +123,8 @@ def test_runner_gives_an_episode_the_context_that_last_had_its_page(run, pool):
 
     async def scenario():
         async with Runner(pool, size=2, env_kwargs=EpisodeConfig(miniwob_in_place=True).env_kwargs()) as runner:
-            first = await runner.run(tasks, episode, lambda t, why: why)
-            second = await runner.run(tasks[::-1], episode, lambda t, why: why)
+            first = await runner.run([Job(t) for t in tasks], episode, lambda job, why: why)
+            second = await runner.run([Job(t) for t in tasks[::-1]], episode, lambda job, why: why)
         return first, second
 
     first, second = run(scenario(), timeout=120)

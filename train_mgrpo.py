@@ -19,9 +19,10 @@ batch-invariantly, the update reads the samples in job order; a resumed run equa
 
 Beyond the paper (off by default, each with a row in docs/results.md): ``--advantage gigpo`` (GiGPO's
 step-level credit), ``--dynamic-sampling N`` (DAPO), ``--lora-rank`` (peft), ``--warmup-steps``,
-``--time-budget``; ``--invalid-penalty`` (verl-agent's) is being measured (experiments/demo_recipe.sh). Ablations that did not earn a place live in git history (docs/results.md names the commits).
-Departures: the default batch is B=4 x G=4 (the paper's 16 trajectories; it does not give G). With
-``--updates-per-batch 1`` (default) the ratio is 1, as in the paper's on-policy setting.
+``--time-budget``; ``--invalid-penalty`` (verl-agent's) is being measured (experiments/demo_recipe.sh).
+Ablations that did not earn a place live in git history (docs/results.md names the commits). Departures: the
+default batch is B=4 x G=4 (the paper's 16 trajectories; it does not give G). With ``--updates-per-batch 1``
+(default) the ratio is 1, as in the paper's on-policy setting.
 
 Run (R1-Zero: the same with --model pointing at a base, not BC, checkpoint):
     python train_mgrpo.py --model ckpt/bc/hf --tasks miniwob:click-button,login-user --out ckpt/rl
@@ -150,6 +151,59 @@ class Args:
     """stop after the step during which this many seconds of training have passed (0: only --steps)"""
     resume: bool = False
     """continue from <out>/latest"""
+
+
+# ---- the rollouts of a step ----
+
+def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: int = 0) -> list[webenv.Task]:
+    """Groups cursor .. cursor+n-1 of the run, tasks in turn (the paper's order): group k takes task k mod
+    len(tasks) with its own page of env.RL_SEEDS, which demonstrations, validation and test pages never use (RL
+    replays no page BC memorised or a test measures). ``pages`` > 0: only the first ``pages`` of env.RL_SEEDS."""
+    rl = webenv.RL_SEEDS[:pages] if pages else webenv.RL_SEEDS
+    turn = len(tasks) if pages else 1      # with ``pages``, a task's groups go through its pages in turn
+    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // turn) % len(rl)])
+            for k in range(cursor, cursor + n)]
+
+
+@dataclass
+class GroupRoller:
+    """This rank's groups: ``draw(n)`` the tasks of its n of the next B groups, ``roll(tasks, first)`` their G
+    trajectories each (group ids first, ...; seeded by their number in the run); ``cursor``: groups consumed."""
+    runner: Runner
+    backend: object
+    tokenizer: object
+    tasks: list[webenv.Task]
+    args: Args
+    rank: int
+    cursor: int = 0
+    drawn: int = 0    # the run's number of the first group of the last draw
+
+    def draw(self, n: int) -> list[webenv.Task]:
+        self.drawn = self.cursor + self.rank * n
+        tasks = step_tasks(self.tasks, self.drawn, n, self.args.seed, self.args.rl_pages)
+        self.cursor += self.args.tasks_per_step
+        return tasks
+
+    async def roll(self, tasks: list[webenv.Task], first: int) -> list[Trajectory]:
+        jobs = [Job(task, group=first + g, noise=group_noise(self.args.seed, self.drawn + g), sample=i)
+                for g, task in enumerate(tasks) for i in range(self.args.group_size)]
+        return await rollouts(self.runner, self.backend, self.tokenizer, jobs, self.args.episode)
+
+
+async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
+                        reduce_sum=lambda n: n) -> tuple[list[Trajectory], int, int]:
+    """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1: rounds of ``groups_per_rank``
+    groups (``draw``, ``roll`` as GroupRoller's) until all ranks together hold as many groups with unequal
+    rewards as one round has groups, or ``max_rounds`` ran (``reduce_sum``: over ranks, so they agree).
+    Returns (all trajectories, rounds, groups with unequal rewards on this rank)."""
+    trajs: list[Trajectory] = []
+    rounds, target = 0, reduce_sum(groups_per_rank)
+    while True:
+        trajs += await roll(draw(groups_per_rank), rounds * groups_per_rank)
+        rounds += 1
+        informative = sum(not equal for _, equal in group_outcomes(trajs)[0])
+        if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
+            return trajs, rounds, informative
 
 
 # ---- advantages ----
@@ -362,59 +416,6 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bo
                      "train/samples": float(len(batch.samples)), "train/samples_scored": float(len(samples))}
 
 
-# ---- the rollouts of a step ----
-
-def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: int = 0) -> list[webenv.Task]:
-    """Groups cursor .. cursor+n-1 of the run, tasks in turn (the paper's order): group k takes task k mod
-    len(tasks) with its own page of env.RL_SEEDS, which demonstrations, validation and test pages never use (RL
-    replays no page BC memorised or a test measures). ``pages`` > 0: only the first ``pages`` of env.RL_SEEDS."""
-    rl = webenv.RL_SEEDS[:pages] if pages else webenv.RL_SEEDS
-    turn = len(tasks) if pages else 1      # with ``pages``, a task's groups go through its pages in turn
-    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // turn) % len(rl)])
-            for k in range(cursor, cursor + n)]
-
-
-@dataclass
-class GroupRoller:
-    """This rank's groups: ``draw(n)`` the tasks of its n of the next B groups, ``roll(tasks, first)`` their G
-    trajectories each (group ids first, ...; seeded by their number in the run); ``cursor``: groups consumed."""
-    runner: Runner
-    backend: object
-    tokenizer: object
-    tasks: list[webenv.Task]
-    args: Args
-    rank: int
-    cursor: int = 0
-    drawn: int = 0    # the run's number of the first group of the last draw
-
-    def draw(self, n: int) -> list[webenv.Task]:
-        self.drawn = self.cursor + self.rank * n
-        tasks = step_tasks(self.tasks, self.drawn, n, self.args.seed, self.args.rl_pages)
-        self.cursor += self.args.tasks_per_step
-        return tasks
-
-    async def roll(self, tasks: list[webenv.Task], first: int) -> list[Trajectory]:
-        jobs = [Job(task, group=first + g, noise=group_noise(self.args.seed, self.drawn + g), sample=i)
-                for g, task in enumerate(tasks) for i in range(self.args.group_size)]
-        return await rollouts(self.runner, self.backend, self.tokenizer, jobs, self.args.episode)
-
-
-async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
-                        reduce_sum=lambda n: n) -> tuple[list[Trajectory], int, int]:
-    """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1: rounds of ``groups_per_rank``
-    groups (``draw``, ``roll`` as GroupRoller's) until all ranks together hold as many groups with unequal
-    rewards as one round has groups, or ``max_rounds`` ran (``reduce_sum``: over ranks, so they agree).
-    Returns (all trajectories, rounds, groups with unequal rewards on this rank)."""
-    trajs: list[Trajectory] = []
-    rounds, target = 0, reduce_sum(groups_per_rank)
-    while True:
-        trajs += await roll(draw(groups_per_rank), rounds * groups_per_rank)
-        rounds += 1
-        informative = sum(not equal for _, equal in group_outcomes(trajs)[0])
-        if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
-            return trajs, rounds, informative
-
-
 # ---- the training loop ----
 
 def tasks_per_step(requested: int, group_size: int, world: int) -> int:
@@ -453,14 +454,14 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 engine.module.eval()
                 metrics.log(0, await validate(runner, backend, tokenizer, tasks, args))
             while step < args.steps and not stopped:
-                # ---- rollouts: B x G trajectories, each in its own browser context ----
+                # ---- rollouts: B x G trajectories, own contexts [collective: per round, groups summed over ranks] ----
                 t0 = time.time()
                 engine.module.eval()
                 trajs, rounds, _ = await sample_groups(groups.roll, groups.draw, args.tasks_per_step // world,
                                                        args.dynamic_sampling, reduce_sum=trainlib.all_reduce_sum)
                 times = {"rollout/seconds": time.time() - t0}
 
-                # ---- advantages and weights, then the update (Eq. 2) ----
+                # ---- advantages, weights, update (Eq. 2) [collectives: groups in the loss, learn?, the gradients] ----
                 batch = mgrpo_batch(trajs, args.credit, reduce_sum=trainlib.all_reduce_sum)
                 learn = trainlib.all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
@@ -480,7 +481,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                     train_stats |= await vllm_backend.sync_weights(backend, engine.module)
                     train_stats |= await vllm_backend.probe_sync(backend, engine.module, probe, before)
 
-                # ---- log ----
+                # ---- log [collectives: the metrics averaged over ranks, the sync check's worst, the Stop] ----
                 stats = step_stats(trajs, batch, rounds, train_stats | times, tasks, args, learn)
                 out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
                 stopped = Stop(trainlib.all_reduce_max(Stop.INTERRUPTED if interrupted.is_set() else

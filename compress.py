@@ -484,7 +484,6 @@ def fit_prompt(tokenizer, intent: str, turns: Sequence[Turn], obs: str, error: s
     whole = render(obs)
     if len(whole.ids) <= budget:
         return whole
-    ids = whole.ids
     empty = render(TRUNCATION_MARK)
     if len(empty.ids) > budget:
         raise ContextOverflowError(
@@ -494,7 +493,7 @@ def fit_prompt(tokenizer, intent: str, turns: Sequence[Turn], obs: str, error: s
     # Search the number of kept characters c: render(obs[:c] + mark) fits at lo, overflows at hi.
     # Tokens grow about linearly with c, so interpolate (regula falsi); usually 1-3 renders.
     lo, n_lo, best = 0, len(empty.ids), empty
-    hi, n_hi = len(obs), len(ids)
+    hi, n_hi = len(obs), len(whole.ids)
     target = budget - _FIT_SLACK // 2  # aim inside the accepted band [budget - slack, budget]
     for it in range(64):
         if hi - lo <= 1 or budget - n_lo <= _FIT_SLACK:

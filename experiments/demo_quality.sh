@@ -72,8 +72,8 @@ bc_stage() {
 # table_stage SPLIT: every run evaluated on SPLIT (valid: the validation pages; test: the held-out ones) so far in
 # one table, clean BC first (the paired differences are against it)
 table_stage() {
-  local q name s reuse="" pages=$VALID seeds="--seed-start 500000"
-  [ "$1" = valid ] || { pages=$TEST; seeds=""; }
+  local q name s reuse="" pages=$VALID start=500000
+  [ "$1" = valid ] || { pages=$TEST; start=""; }
   for q in "${FILES[@]}"; do
     for name in "$q" "$q-f"; do             # and its successes-only twin, where there is one
       for s in "" -rl-s0 -rl-s1; do
@@ -82,9 +82,8 @@ table_stage() {
     done
   done
   stage "one table of the $1 runs"
-  # shellcheck disable=SC2086  # the seed flag: no word, or words
-  $PY eval.py --model "" --reuse "${reuse#,}" --tasks "$TASKS" --episodes "$pages" $seeds --samples 2 --greedy \
-    --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/$1/table"
+  # shellcheck disable=SC2086  # start: no word, or one
+  paper_table "${reuse#,}" "$OUT/$1/table" "$pages" $start
 }
 
 # rl_stage QUALITY...: M-GRPO from the BC of each chosen quality (rule 4, by hand from the table), seeds 0 and 1

@@ -77,8 +77,8 @@ rl_stage() {
 # table_stage SPLIT: every model evaluated on SPLIT (valid; test: the held-out pages) so far, BC first (the paired
 # differences are against it), then its filtered twin, then each recipe's seeds
 table_stage() {
-  local r s reuse="$OUT/$1/bc" pages=$VALID seeds="--seed-start 500000"
-  [ "$1" = valid ] || { pages=$TEST; seeds=""; }
+  local r s reuse="$OUT/$1/bc" pages=$VALID start=500000
+  [ "$1" = valid ] || { pages=$TEST; start=""; }
   [ -s "$OUT/$1/bc-f/results.json" ] && reuse="$reuse,$OUT/$1/bc-f"
   for r in "${ORDER[@]}"; do
     for s in 0 1 2 3 4; do
@@ -86,9 +86,8 @@ table_stage() {
     done
   done
   stage "one table of the $1 runs"
-  # shellcheck disable=SC2086  # the seed flag: no word, or words
-  $PY eval.py --model "" --reuse "$reuse" --tasks "$TASKS" --episodes "$pages" $seeds --samples 2 --greedy \
-    --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$OUT/$1/table"
+  # shellcheck disable=SC2086  # start: no word, or one
+  paper_table "$reuse" "$OUT/$1/table" "$pages" $start
 }
 
 # test_stage RECIPE: rule 7, once

@@ -81,6 +81,15 @@ paper_eval() {
       --prompt short --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1" $IN_PLACE; }
 }
 
+# paper_table REUSE OUT PAGES [SEED_START]: one table at paper_eval's decoding (paired differences included) of the
+# paper_eval directories REUSE (comma-separated), on the same pages as they (validation pages from SEED_START, or
+# without it the held-out ones), into OUT. The issue-57 and issue-68 experiments join their models with it.
+paper_table() {
+  # shellcheck disable=SC2086  # the seed flag: no word, or words
+  $PY eval.py --model "" --reuse "$1" --tasks "$TASKS" --episodes "$3" ${4:+--seed-start $4} --samples 2 --greedy \
+    --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$2"
+}
+
 # valid_table REUSE OUT: one table (paired differences included) of the valid_eval directories REUSE
 # (comma-separated) into OUT
 valid_table() {

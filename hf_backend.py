@@ -556,7 +556,11 @@ class HFBackend:
                             "" if self.loop else " (decode=generate)")
         if invariance != "off" and not self.fixed_shapes:
             self.model, self.copied = copy.deepcopy(model).to(torch.float64), True
-        self.invariance = "fixed-shapes" if self.fixed_shapes else "float64" if self.copied else "off"
+
+    @property
+    def invariance(self) -> str:
+        """What makes a response batch-invariant here: "fixed-shapes", "float64" (the copy) or "off"."""
+        return "fixed-shapes" if self.fixed_shapes else "float64" if self.copied else "off"
 
     async def generate(self, prompt_ids: Sequence[int], *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,

@@ -1,8 +1,8 @@
-"""The project's module layout (README, "Layout"): the environment as one package (env/), no import cycle among
-the modules (type hints included), dependencies flow one way (leaves import no script, no script imports another,
-the environment imports nothing of the method but the response format), every task family joins the same way,
-the names users call as ``env.<name>`` keep working, and the reader's path stays short (module and trainer
-budgets, a project that names runs by date and commit)."""
+"""The project's module layout (docs/implemented.md, "Layout"): the environment as one package (env/), no import
+cycle among the modules (type hints included), dependencies flow one way (leaves import no script, no script
+imports another, the environment imports nothing of the method but the response format), every task family joins
+the same way, the names users call as ``env.<name>`` keep working, and the reader's path stays short (module and
+trainer budgets, a project that names runs by date and commit)."""
 import ast
 import re
 import subprocess

@@ -29,7 +29,7 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     step-level advantages), a checkpoint at step 2, and a resume from it. A run is a function of its command (issue
     67): the resumed process redoes step 3 exactly as the first did, the same trajectories, metrics and weights
     (sha256), though the browsers answer in another order (the rollouts sample at T = 0.9 from seeds of (--seed,
-    group, task, page, index, turn) and decode in float64 on this CPU). With unseeded rollouts this fails."""
+    group, task, page, index, turn) and decode batch-invariantly on this CPU). With unseeded rollouts this fails."""
     out = tmp_path / "rl"
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--tasks-per-step", "2", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40",

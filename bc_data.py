@@ -2,7 +2,7 @@
 R1-CoT rewrite of their thoughts.
 
 - ``load_records``: JSON or JSONL files of two formats, each record checked (``check_record`` names what is wrong):
-  our experts.py trajectories (``{"task", "seed", "intent", "reward", "steps": [{"observation", "error",
+  our demos.py trajectories (``{"task", "seed", "intent", "reward", "steps": [{"observation", "error",
   "response", "url"}]}``) and the WebRL / VisualAgentBench BC data (LLaMA-Factory sharegpt: ``{"conversations":
   [{"from": "human", "value": <full prompt>}, {"from": "gpt", "value": <action>}]}``, one step per record).
 - ``records_to_steps`` / ``render_step``: every step of every demonstration becomes one sample (h_t, a_t), its
@@ -11,20 +11,29 @@ R1-CoT rewrite of their thoughts.
   WebRL's LLaMA-Factory template rendered them (``render_llama3_web``), or split into messages for any model.
 - R1-CoT (Sec. 3.4, Appendix C): ``rewrite_with_cot`` asks a teacher model behind an OpenAI-compatible endpoint
   to rewrite each thought into a first-person long chain of thought, cached on disk; the action never changes.
+- R1-CoT in miniature, without a teacher (demos.py ``--thoughts long``): ``long_thought`` writes one step's
+  thought from what the agent sees only (the intent and the observation, whose numbered elements
+  ``observed_elements`` names as a person would), then the short thought's "# Element: ..." line.
 """
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
+import html
 import json
 import logging
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import compress
-import policy
+
+if TYPE_CHECKING:   # annotations only: experts.py imports the long thoughts without torch (policy)
+    import policy
+    from env.actions import Action
 
 log = logging.getLogger("webagent.bc")
 
@@ -397,3 +406,100 @@ async def rewrite_with_cot(records: list[dict], teacher: policy.OpenAIBackend, c
 
     await asyncio.gather(*(one(*r) for r in cot_requests(records)))
     return counts
+
+
+# ---- long thoughts without a teacher: R1-CoT in miniature (demos.py --thoughts long) ----
+
+_ELEMENT_RE = re.compile(r'<(\w+) id="(\d+)"([^>]*)>([^<]*)')      # a numbered element, its attributes, its text
+_ATTR_RE = re.compile(r'([\w-]+)="([^"]*)"')
+_KINDS = {"a": "link", "button": "button", "select": "dropdown", "textarea": "text area", "li": "list item",
+          "option": "option", "img": "image", "label": "label"}
+_DQ, _SQ = '"', "'"   # element texts are quoted in "...": their own double quotes become single ones
+_INPUT_KINDS = {"checkbox": "checkbox", "radio": "radio button", "password": "password field",
+                "submit": "button", "button": "button", "date": "date field"}
+
+
+def _clean(text: str, limit: int = 60) -> str:
+    """One line of page or intent text to quote in a thought: unescaped, spaces collapsed, no tags, at most
+    ``limit`` chars."""
+    text = " ".join(html.unescape(text).replace("<", " ").replace(">", " ").split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def observed_elements(obs_text: str) -> dict[int, str]:
+    """The numbered elements of an observation, described as a person would name them: id -> 'button 2
+    "Submit"', 'text field 0 (after "Username")', 'span 8 (class "trash", after "Glen")'. The text is the
+    element's own text, else its title / placeholder / value, else its class hint and the page text just
+    before it (an input's label, the row of an icon)."""
+    texts = [(t.end(1), t.group(1)) for t in re.finditer(r">([^<>]*[^\s<>][^<>]*)(?=<)", obs_text)]   # (end, page text)
+    ends = [end for end, _ in texts]
+    out = {}
+    for m in _ELEMENT_RE.finditer(obs_text):
+        tag, el, attrs = m.group(1).lower(), int(m.group(2)), dict(_ATTR_RE.findall(m.group(3)))
+        kind = _INPUT_KINDS.get(attrs.get("type", ""), "text field") if tag == "input" else _KINDS.get(tag, tag)
+        text = _clean(m.group(4)) or next((_clean(attrs[a]) for a in ("title", "placeholder", "value", "data-text")
+                                           if _clean(attrs.get(a, ""))), "")
+        before = bisect.bisect_right(ends, m.start()) - 1                 # the last page text before it
+        near = _clean(texts[before][1], 200).replace(_DQ, _SQ) if before >= 0 else ""
+        if len(near) > 40:                  # the words just before it
+            near = "..." + near[-40:].split(" ", 1)[-1]
+        if text:
+            out[el] = f'{kind} {el} "{text.replace(_DQ, _SQ)}"'
+        elif attrs.get("class"):            # env's hint for a text-less control (an icon)
+            out[el] = f'{kind} {el} (class "{_clean(attrs["class"])}"' + (f', after "{near}")' if near else ")")
+        else:
+            out[el] = f'{kind} {el} (after "{near}")' if near else f"{kind} {el}"
+    return out
+
+
+def _action_words(action: Action) -> str:
+    arg = _clean(action.argument or "", 80)
+    el = f"element {action.element}"
+    return {"Click": f"click {el}", "Right Click": f"right-click {el}", "Hover": f"hover over {el}",
+            "Type": f'type "{arg}" into {el}', "Search": f'search for "{arg}" in {el}',
+            "Select Dropdown Option": f'choose the option "{arg}" in {el}',
+            "Scroll Up": "scroll up", "Scroll Down": "scroll down", "Wait": "wait for the page",
+            "Press Enter": "press Enter", "Switch Tab": f'switch to tab "{arg}"',
+            "exit": f'finish with the answer "{_clean(action.message or "", 80)}"' if action.message else "finish",
+            "go_backward": "go back", "go_forward": "go forward"}[action.name]
+
+
+def long_thought(intent: str, obs_text: str, action: Action, what: str, key: str) -> str:
+    """A long first-person thought for one demonstration step, from what the agent sees only (the intent and
+    the observation text): it restates the goal, names 2-4 other elements of the observation it considered,
+    quotes the text that decides the target ``action.element`` (or says why no element is needed), names
+    the action, and ends with the short thought's line "# Element: {what}". Phrasing and candidates are
+    drawn from ``random.Random(key)`` (key = task id / seed / step), so a demonstration is reproducible."""
+    rng = random.Random(key)
+    elements = observed_elements(obs_text)
+    target = None if action.element is None else elements.get(action.element, f"element {action.element}")
+    goal = _clean(intent, 300).rstrip(".")
+    parts = [rng.choice(["Okay, let me restate the goal: {}.", "The task asks me to: {}.",
+                         "So the user wants this: {}.", "Let me think about what I need to do. The goal is: {}."]
+                        ).format(goal)]
+    others = [el for el in elements if el != action.element]
+    if others:
+        seen = [elements[el] for el in sorted(rng.sample(others, min(len(others), rng.randint(2, 4))))]
+        seen_text = ", ".join(seen[:-1]) + (" and " if len(seen) > 1 else "") + seen[-1]
+        parts.append(rng.choice(["Looking at the page, I can see {}.", "On the page there are {}, among others.",
+                                 "The elements I considered include {}."]).format(seen_text))
+    if target is not None:
+        words = re.findall(r'"([^"]+)"', target)
+        text = words[0].rstrip(".") if words else ""
+        deciding = text if text and re.search(rf"(?<!\w){re.escape(text)}(?!\w)", intent, re.I) else ""
+        if deciding:
+            parts.append(rng.choice([f'The task mentions "{deciding}", and {target} is {what}, so it is the one.',
+                                     f'{target[0].upper() + target[1:]} carries "{deciding}", the text the task '
+                                     f"names: it is {what}."]))
+        elif action.argument and _clean(action.argument, 80).lower() in intent.lower():
+            parts.append(f'The task gives the value "{_clean(action.argument, 80)}", and {target} is {what}, '
+                         "where it belongs.")
+        else:
+            parts.append(f"{target[0].upper() + target[1:]} is {what}, which is what the task needs at this point.")
+    else:
+        reason = re.sub(r"^none( yet)?;\s*", "", what)
+        parts.append(rng.choice(["No element needs acting on right now: {}.", "I do not need any of them now: {}."]
+                                ).format(reason.rstrip(".")))
+    parts.append(rng.choice(["So I will {}.", "Therefore, I should {}.", "My next action: {}."]
+                            ).format(_action_words(action)))
+    return " ".join(parts) + f"\n# Element: {what}"

@@ -87,7 +87,6 @@ import compress
 import env as webenv
 import policy
 import trainlib
-import vllm_backend
 from env import webarena
 from eval_report import decoding_label, load_reused, plot_budgets, render_viewer, results_markdown, tabulate
 from eval_stats import summarize
@@ -307,49 +306,18 @@ def fallback_tokenizer(path: str):
     return policy.build_tokenizer(policy.tiny_corpus(), vocab_size=ts.vocab, template=ts.template)
 
 
-def make_backend(args: Args, path: str, shared_tokenizer=None):
-    """(backend, tokenizer, close) for one model entry."""
+def backend_for(args: Args, path: str, shared_tokenizer=None):
+    """The backend of one model entry (policy.make_backend); a model thread of ``--torch-threads`` (1 on a CPU)."""
     ep = args.episode
-    if args.backend == "hf":
-        import torch
-        device, dtype = policy.decide_device()
-        if args.torch_threads or device.type == "cpu":
-            torch.set_num_threads(args.torch_threads or 1)
-        model, tok = policy.load(path, device=device, dtype=dtype, chat_template=args.chat_template or None)
-        backend = policy.make_backend("hf", model=model, tokenizer=tok, max_new_tokens=ep.max_new_tokens,
-                                      temperature=ep.temperature, top_p=ep.top_p,
-                                      max_batch_size=max(1, args.concurrency),
-                                      invariance="auto" if ep.batch_invariant and device.type == "cpu" else "off")
-
-        async def close():   # free the weights before the next model loads
-            await backend.aclose()
-            backend.model = None
-            if device.type == "cuda":
-                import torch
-                torch.cuda.empty_cache()
-        return backend, tok, close
-    if args.backend == "vllm":
-        backend = vllm_backend.VLLMBackend(path, max_new_tokens=ep.max_new_tokens, temperature=ep.temperature,
-                                           top_p=ep.top_p, seed=args.seed, max_model_len=ep.max_context,
-                                           gpu_memory_utilization=args.vllm_gpu_memory)
-
-        if args.chat_template:   # the engine renders nothing: prompts are ids rendered with this tokenizer
-            backend.tokenizer.chat_template = policy.read_chat_template(args.chat_template)
-
-        return backend, backend.tokenizer, backend.aclose
-    if args.backend == "openai":
-        if not args.base_url:
-            raise SystemExit("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-        backend = policy.make_backend("openai", base_url=args.base_url, model=args.api_model or path,
-                                      tokenizer=shared_tokenizer, max_new_tokens=ep.max_new_tokens,
-                                      temperature=ep.temperature, top_p=ep.top_p,
-                                      timeout_s=args.request_timeout)
-
-        async def close():
-            if backend.stats["failed"]:
-                log.warning("openai backend: %d requests failed (%s)", backend.stats["failed"], backend.stats)
-        return backend, shared_tokenizer, close
-    raise AssertionError(args.backend)   # Literal: parse_args refused anything else
+    if args.backend == "openai" and not args.base_url:
+        raise SystemExit("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+    return policy.make_backend(
+        args.backend, args.api_model or path if args.backend == "openai" else path, shared_tokenizer,
+        max_new_tokens=ep.max_new_tokens, temperature=ep.temperature, top_p=ep.top_p, seed=args.seed,
+        max_context=ep.max_context, batch_invariant=ep.batch_invariant, max_batch_size=max(1, args.concurrency),
+        num_threads=args.torch_threads or (1 if policy.decide_device()[0].type == "cpu" else None),
+        chat_template=args.chat_template or None, gpu_memory=args.vllm_gpu_memory, base_url=args.base_url,
+        timeout_s=args.request_timeout)
 
 
 # ---- main ----
@@ -378,7 +346,8 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
                 Runner(pool, args.concurrency, timeout_s=ep.episode_timeout,
                        env_kwargs=ep.env_kwargs(*args.env.families())) as runner:
             for name, path in models:
-                backend, tok, close = make_backend(args, path, shared_tok)
+                backend = backend_for(args, path, shared_tok)
+                tok = backend.tokenizer
                 try:
                     for prompt, greedy in ((p, g) for p in prompts for g in (False, True)[:1 + args.greedy]):
                         run = name if len(prompts) == 1 else f"{name} [{prompt}]"
@@ -392,7 +361,7 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
                                  mine[0]["decoding"], 100 * res["success_rate"], res["successes"], res["n"],
                                  res["avg_response_tokens"], res["avg_interactions"])
                 finally:
-                    await close()
+                    await backend.aclose()   # (frees the weights before the next model loads)
                     del backend, tok
     finally:
         bar.close()

@@ -1,4 +1,5 @@
-"""Scripted MiniWoB++ demonstrators: the behavior-cloning data D of the warm-up stage (Sec. 2.2, Eq. 1).
+"""Scripted MiniWoB++ and site-suite demonstrators, and their harness: the experts behind the behavior-cloning
+data D of the warm-up stage (Sec. 2.2, Eq. 1), which demos.py writes.
 
 Each solver reads the live page (Playwright locators on ``env.page``, the ``data-webagent-id`` labels
 that the env stamps on the numbered elements of the observation, and the utterance
@@ -9,104 +10,35 @@ that the env stamps on the numbered elements of the observation, and the utteran
 
 so a demonstration is exactly what the policy is trained to produce, one (observation, response) pair
 per step, and every element a response names is a label of the observation it was taken on.
-Only successful episodes are written.
 
 What it implements
 - ``EXPERTS``: task name -> ``async solver(demo)``; ``Demo`` carries the env, the latest observation
   and the recorded steps, and gives the solver its hands (click / type / select). ``MULTI_STEP`` names
   the tasks where most demonstrations take 3 actions or more.
-- ``demonstrate(env, task) -> (record, reason)``: one trajectory record (schema below) for ``task.seed``,
-  and why it failed (None for a success).
+- ``demonstrate(env, task) -> (record, reason)``: one clean trajectory record (demos.py's schema) for
+  ``task.seed``, and why it failed (None for a success); ``run_demo`` runs a solver, or demos.py's replay of
+  a demonstration with a mistake or a detour, to the episode's end.
 - ``SUITE_EXPERTS``: the site suite's task family name (env/sitesuite.py) -> solver, one per family; they read
   their values from the generated intent, log in first on a logged-out start, and answer through
   ``exit(message=...)``, which env's WebArena rubric scores (``solver_of(task)`` picks the expert).
-- The CLI: (task, seed) jobs through ``rollout.Runner`` (``--concurrency`` contexts of one BrowserPool,
-  the same failure policy as RL and evaluation: a page that fails to load or a demonstration longer than
-  60 s ends that episode with a reason), a progress bar, a per-task success table, and the JSONL file
-  train_bc.py reads.
 
-How solvers behave (and how this departs from the paper)
-- WebAgent-R1's BC data for WebArena-Lite came from WebRL's rule-based Playwright solvers on the WebArena
-  sites; here the same idea covers the MiniWoB++ pages of the embedded default. Thoughts are short
-  ("# Element: ..."), as in WebRL's data; train_bc.py's R1-CoT option rewrites them into long ones with a
-  teacher model, and ``--thoughts long`` writes long ones without one (``long_thought``: a first-person
-  paragraph that restates the goal, names other elements of the observation it considered, quotes the
-  text that decides the target and names the action, then the same "# Element: ..." line).
-- They search the way a person would: where the target is not on screen (click-tab-2,
-  click-collapsible-2, navigate-tree) they open tabs / sections / folders in order until it is, instead
-  of reading the hidden DOM and jumping to it; the observation (visible viewport only) explains every step.
-- When the element they need is not in the observation, they take the step a person would and record
-  it: "Scroll Down"/"Scroll Up" when it is scrolled away inside a scrolling list (email-inbox,
-  social-media), "Wait" when the page changed after the observation was taken (an accordion that was
-  still opening). social-media's icons swap their image on hover, so a first click can be lost; the
-  solver clicks again when nothing happened. On ~2% of social-media seeds the wanted menu item cannot
-  be brought into the observation (the env leaves out the open menu once its post is scrolled away, and
-  the menu item is below the list without it), and the episode fails.
-- The natural-language e-mail variants (email-inbox-forward-nl, *-nl-turk) are parsed with the template
-  lists their pages load (NAME / DEST / MSG slots), keeping readings whose sender is in the inbox. A few
-  Turk templates swap the slots ("Find the email from DEST and forward it to NAME"); when both names
-  are senders the solver reads the request literally and fails on those seeds (~1-2%).
-- Not covered: click-test-2 and click-button-sequence (the two buttons are placed at random and the
-  one to click first is covered by the other in ~10% of seeds; the env clicks the element's centre,
-  which then lands on the covering button), and tasks that need drag, canvas coordinates or copy-paste.
-- Demonstrations run with env's own deadlines, which never bind on a working page however busy the box
-  (env/execute.py), as RL and evaluation do.
-
-Seeds: ``--split train`` draws from ``env.DEMO_SEEDS`` (0 .. 99_999), ``--split eval`` from ``env.EVAL_SEEDS``
-(1_000_000 .. 1_999_999, used by the tests); RL rollouts (``env.RL_SEEDS``) and validation pages
-(``env.VALID_SEEDS``) have ranges of their own, so no page is both demonstrated and rolled out, selected on
-or tested on.
-
-Run:
-    python experts.py --tasks experts --episodes 100 --out data/demos.jsonl       # every covered task
-    python experts.py --tasks miniwob:click-button,login-user --episodes 50 --concurrency 6
-    python experts.py --tasks experts --episodes 100 --split eval --out /tmp/x.jsonl   # held-out check
-    python experts.py --tasks suite:all,edit-profile@out --episodes 100 --split eval --out /tmp/s.jsonl  # site suite
-``--prompt plain`` writes the responses for compress's plain prompt ("# Element: ..." line, then the
-action) instead of <think>/<answer>. ``--thoughts long`` writes long chain-of-thought thoughts (R1-CoT in
-miniature); the actions, and so the episodes, are the same as with the default ``short``.
-Output, one JSON line per successful episode:
-    {"task": "miniwob/login-user", "seed": 3, "intent": "Enter the username ...", "reward": 1.0,
-     "steps": [{"observation": "<html> ...", "error": null, "url": "http://miniwob.local/...",
-                "response": "<think> # Element: ... </think> <answer> do(...) </answer>"}, ...]}
-"observation" is the text the action was taken on and "error" the env's message shown with it.
+How the solvers behave, and how they depart from the paper: docs/environment.md, "The scripted demonstrators".
 """
 from __future__ import annotations
 
-import asyncio
-import bisect
-import collections
 import dataclasses
-import hashlib
-import html
-import json
-import logging
-import os
-import random
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable
 
 import env as webenv
-from compress import PromptKind, format_response, split_response   # the response format lives in compress.py
+from bc_data import long_thought   # --thoughts long: R1-CoT in miniature
+from compress import format_response, split_response   # the response format lives in compress.py
 from env import sitesuite, suite_site   # the site suite: its family name (env registers it), its site's account
-from env.actions import Action, format_action, parse_action   # the action grammar
-from rollout import Job, Runner
+from env.actions import Action, format_action   # the action grammar
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
-
-log = logging.getLogger("experts")
-
-
-# ---- seeds ----
-
-# --split: demonstrations come from env.DEMO_SEEDS (0 .. 99_999; RL and validation have their own ranges), the
-# experts' own success checks from the held-out env.EVAL_SEEDS (one definition, in env/tasks.py)
-SPLITS = {"train": webenv.DEMO_SEEDS, "eval": webenv.EVAL_SEEDS}
-
-EPISODE_TIMEOUT_S = 60.0      # one demonstration, reset included
 
 
 # ---- the demonstrator's hands: it reads the page, it acts only through env.step ----
@@ -119,47 +51,8 @@ class EpisodeOver(Exception):
     """Raised by Demo.act when env.step ends the episode (success or not)."""
 
 
-# One page round trip per lookup: of a locator's matches, take the first one that is rendered (else the
-# first), and return its label and, when it has none, where it is.
-# - label: the element's own data-webagent-id, else its single labelled descendant (a <label> wrapping an
-#   <input>), else a labelled ancestor with exactly the same text (a list item around its name); never a
-#   container with more in it (a labelled e-mail row around an unlabelled, scrolled-away star icon is a
-#   different element).
-# - where: 'hidden' (not rendered), 'down' / 'up' (wholly or partly scrolled out of its scrolling
-#   container or of the window: the env may leave out an element that only peeks into view), 'shown'
-#   (on screen now: the page changed after the observation was taken).
-_LOOKUP_JS = """els => {
-  if (els.length === 0) return null;
-  const rendered = (e) => { const r = e.getBoundingClientRect();
-    return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== 'hidden'; };
-  const text = (e) => e.textContent.replace(/\\s+/g, ' ').trim();
-  const el = els.find(rendered) || els[0];
-  const label = (() => {
-    const own = el.getAttribute('data-webagent-id');
-    if (own !== null) return own;
-    const inner = el.querySelectorAll('[data-webagent-id]');
-    if (inner.length === 1) return inner[0].getAttribute('data-webagent-id');
-    const outer = el.parentElement && el.parentElement.closest('[data-webagent-id]');
-    if (outer && text(el) !== '' && text(outer) === text(el)) return outer.getAttribute('data-webagent-id');
-    return null;
-  })();
-  const where = (() => {
-    if (!rendered(el)) return 'hidden';
-    const r = el.getBoundingClientRect();
-    for (let p = el.parentElement; p; p = p.parentElement) {
-      const oy = getComputedStyle(p).overflowY;
-      if ((oy === 'auto' || oy === 'scroll') && p.scrollHeight > p.clientHeight) {
-        const q = p.getBoundingClientRect();
-        if (r.bottom > q.bottom + 1) return 'down';
-        if (r.top < q.top - 1) return 'up';
-      }
-    }
-    if (r.bottom > innerHeight + 1) return 'down';
-    if (r.top < -1) return 'up';
-    return 'shown';
-  })();
-  return {label, where, n: els.length};
-}"""
+# one page round trip per lookup: which element, its label, where it is (experts_lookup.js says how)
+_LOOKUP_JS = Path(__file__).with_name("experts_lookup.js").read_text()   # read once, at import
 
 MAX_FIXES = 6        # scrolls / waits a solver may spend to bring one element into the observation
 MAX_WAITS = 2        # of which waits for a page that is still changing
@@ -274,103 +167,6 @@ def exact(text: str) -> re.Pattern:
 
 async def visible(loc) -> bool:
     return await loc.count() > 0 and await loc.first.is_visible()
-
-
-# ---- long thoughts (R1-CoT in miniature, --thoughts long) ----
-
-_ELEMENT_RE = re.compile(r'<(\w+) id="(\d+)"([^>]*)>([^<]*)')      # a numbered element, its attributes, its text
-_ATTR_RE = re.compile(r'([\w-]+)="([^"]*)"')
-_KINDS = {"a": "link", "button": "button", "select": "dropdown", "textarea": "text area", "li": "list item",
-          "option": "option", "img": "image", "label": "label"}
-_DQ, _SQ = '"', "'"   # element texts are quoted in "...": their own double quotes become single ones
-_INPUT_KINDS = {"checkbox": "checkbox", "radio": "radio button", "password": "password field",
-                "submit": "button", "button": "button", "date": "date field"}
-
-
-def _clean(text: str, limit: int = 60) -> str:
-    """One line of page or intent text to quote in a thought: unescaped, spaces collapsed, no tags, at most
-    ``limit`` chars."""
-    text = " ".join(html.unescape(text).replace("<", " ").replace(">", " ").split())
-    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
-
-
-def observed_elements(obs_text: str) -> dict[int, str]:
-    """The numbered elements of an observation, described as a person would name them: id -> 'button 2
-    "Submit"', 'text field 0 (after "Username")', 'span 8 (class "trash", after "Glen")'. The text is the
-    element's own text, else its title / placeholder / value, else its class hint and the page text just
-    before it (an input's label, the row of an icon)."""
-    texts = [(t.end(1), t.group(1)) for t in re.finditer(r">([^<>]*[^\s<>][^<>]*)(?=<)", obs_text)]   # (end, page text)
-    ends = [end for end, _ in texts]
-    out = {}
-    for m in _ELEMENT_RE.finditer(obs_text):
-        tag, el, attrs = m.group(1).lower(), int(m.group(2)), dict(_ATTR_RE.findall(m.group(3)))
-        kind = _INPUT_KINDS.get(attrs.get("type", ""), "text field") if tag == "input" else _KINDS.get(tag, tag)
-        text = _clean(m.group(4)) or next((_clean(attrs[a]) for a in ("title", "placeholder", "value", "data-text")
-                                           if _clean(attrs.get(a, ""))), "")
-        before = bisect.bisect_right(ends, m.start()) - 1                 # the last page text before it
-        near = _clean(texts[before][1], 200).replace(_DQ, _SQ) if before >= 0 else ""
-        if len(near) > 40:                  # the words just before it
-            near = "..." + near[-40:].split(" ", 1)[-1]
-        if text:
-            out[el] = f'{kind} {el} "{text.replace(_DQ, _SQ)}"'
-        elif attrs.get("class"):            # env's hint for a text-less control (an icon)
-            out[el] = f'{kind} {el} (class "{_clean(attrs["class"])}"' + (f', after "{near}")' if near else ")")
-        else:
-            out[el] = f'{kind} {el} (after "{near}")' if near else f"{kind} {el}"
-    return out
-
-
-def _action_words(action: Action) -> str:
-    arg = _clean(action.argument or "", 80)
-    el = f"element {action.element}"
-    return {"Click": f"click {el}", "Right Click": f"right-click {el}", "Hover": f"hover over {el}",
-            "Type": f'type "{arg}" into {el}', "Search": f'search for "{arg}" in {el}',
-            "Select Dropdown Option": f'choose the option "{arg}" in {el}',
-            "Scroll Up": "scroll up", "Scroll Down": "scroll down", "Wait": "wait for the page",
-            "Press Enter": "press Enter", "Switch Tab": f'switch to tab "{arg}"',
-            "exit": f'finish with the answer "{_clean(action.message or "", 80)}"' if action.message else "finish",
-            "go_backward": "go back", "go_forward": "go forward"}[action.name]
-
-
-def long_thought(intent: str, obs_text: str, action: Action, what: str, key: str) -> str:
-    """A long first-person thought for one demonstration step, from what the agent sees only (the intent and
-    the observation text): it restates the goal, names 2-4 other elements of the observation it considered,
-    quotes the text that decides the target ``action.element`` (or says why no element is needed), names
-    the action, and ends with the short thought's line "# Element: {what}". Phrasing and candidates are
-    drawn from ``random.Random(key)`` (key = task id / seed / step), so a demonstration is reproducible."""
-    rng = random.Random(key)
-    elements = observed_elements(obs_text)
-    target = None if action.element is None else elements.get(action.element, f"element {action.element}")
-    goal = _clean(intent, 300).rstrip(".")
-    parts = [rng.choice(["Okay, let me restate the goal: {}.", "The task asks me to: {}.",
-                         "So the user wants this: {}.", "Let me think about what I need to do. The goal is: {}."]
-                        ).format(goal)]
-    others = [el for el in elements if el != action.element]
-    if others:
-        seen = [elements[el] for el in sorted(rng.sample(others, min(len(others), rng.randint(2, 4))))]
-        seen_text = ", ".join(seen[:-1]) + (" and " if len(seen) > 1 else "") + seen[-1]
-        parts.append(rng.choice(["Looking at the page, I can see {}.", "On the page there are {}, among others.",
-                                 "The elements I considered include {}."]).format(seen_text))
-    if target is not None:
-        words = re.findall(r'"([^"]+)"', target)
-        text = words[0].rstrip(".") if words else ""
-        deciding = text if text and re.search(rf"(?<!\w){re.escape(text)}(?!\w)", intent, re.I) else ""
-        if deciding:
-            parts.append(rng.choice([f'The task mentions "{deciding}", and {target} is {what}, so it is the one.',
-                                     f'{target[0].upper() + target[1:]} carries "{deciding}", the text the task '
-                                     f"names: it is {what}."]))
-        elif action.argument and _clean(action.argument, 80).lower() in intent.lower():
-            parts.append(f'The task gives the value "{_clean(action.argument, 80)}", and {target} is {what}, '
-                         "where it belongs.")
-        else:
-            parts.append(f"{target[0].upper() + target[1:]} is {what}, which is what the task needs at this point.")
-    else:
-        reason = re.sub(r"^none( yet)?;\s*", "", what)
-        parts.append(rng.choice(["No element needs acting on right now: {}.", "I do not need any of them now: {}."]
-                                ).format(reason.rstrip(".")))
-    parts.append(rng.choice(["So I will {}.", "Therefore, I should {}.", "My next action: {}."]
-                            ).format(_action_words(action)))
-    return " ".join(parts) + f"\n# Element: {what}"
 
 
 # ---- solvers ----
@@ -958,6 +754,8 @@ async def suite_log_out(d: Demo) -> None:
     await _answer(d, "done", "none; I am logged out, so the task is done")
 
 
+# ---- driver ----
+
 async def run_demo(demo: Demo, solver: Solver, imperfection: str | None = None) -> str | None:
     """Run ``solver`` on ``demo`` to the episode's end; the failure reason, None for a success (prefixed with the
     ``imperfection`` a replayed episode carries)."""
@@ -973,75 +771,6 @@ async def run_demo(demo: Demo, solver: Solver, imperfection: str | None = None) 
         return f"page: {webenv.first_line(e)}"
 
 
-# ---- imperfect demonstrators: a demonstrator's mistakes and detours, at fixed rates ----
-
-@dataclass(frozen=True)
-class Quality:
-    """How often the demonstrator errs, one imperfection at most per episode, drawn from a hash of the episode
-    (task and seed), so the same flags write the same data. ``mistake``: the fraction of episodes with a mistake
-    that fails them (kind a), half of them the decisive last action on another element of the observation
-    (``wrong-element``), half that action taken before the steps that prepare it (``early-submit``; one-step
-    episodes take the first); an unfiltered log keeps them. ``detour``: the fraction with a detour (kind b): a
-    Scroll Down and a Scroll Up inserted before a random step, two interactions of the budget spent looking
-    around (on a page that does not scroll, the env answers that it is already at the bottom / top); filtering
-    by success cannot remove it. The kinds exclude each other (mistake + detour <= 1). Both 0:
-    the clean demonstrator."""
-    mistake: float = 0.0
-    detour: float = 0.0
-
-    def draw(self, key: str) -> tuple[str | None, random.Random]:
-        """The imperfection of the episode ``key`` ("task_id/seed"): None, "wrong-element", "early-submit" or
-        "detour", and the generator of its choices (which element, which step)."""
-        rng = random.Random(hashlib.blake2b(key.encode(), digest_size=8).hexdigest())
-        u, half = rng.random(), rng.random() < 0.5
-        if u < self.mistake:
-            return ("wrong-element" if half else "early-submit"), rng
-        return ("detour" if u < self.mistake + self.detour else None), rng
-
-
-_SCROLL_DETOUR = ((Action("Scroll Down"), "none; look further down the page first"),
-                  (Action("Scroll Up"), "none; back up to where I was"))
-
-
-def _wrong_element(obs_text: str, action: Action, rng: random.Random) -> Action:
-    """``action`` on another element of the observation, of the same kind where there is one (a plausible
-    slip: the neighbouring button, the other link); ``action`` itself when the observation has no other."""
-    shown = observed_elements(obs_text)
-    kind = shown.get(action.element, "").split(" ", 1)[0]
-    others = sorted(e for e in shown if e != action.element)
-    same = [e for e in others if shown[e].split(" ", 1)[0] == kind]
-    return dataclasses.replace(action, element=rng.choice(same or others)) if others else action
-
-
-async def replay_imperfect(env, task, clean: dict, kind: str, rng: random.Random,
-                           prompt: str) -> tuple[dict, str | None]:
-    """The clean demonstration ``clean`` of ``task`` sent again, response by response, on a fresh episode of the
-    same page, with the imperfection ``kind`` (``Quality.draw``); the steps are recorded from the live pages, as
-    ``demonstrate`` records them. Returns (record with ``"imperfection": kind``, failure reason or None)."""
-    responses = [s["response"] for s in clean["steps"]]
-    last = parse_action(responses[-1])
-    if kind == "early-submit":
-        responses = responses[:rng.randrange(max(len(responses) - 1, 1))] + [responses[-1]]
-    demo = Demo(env, await env.reset(task), prompt=prompt, key=f"{task.task_id}/{task.seed}")
-    detour_at = rng.randrange(len(responses)) if kind == "detour" else -1
-
-    async def replay(d: Demo) -> None:
-        for j, response in enumerate(responses):
-            if j == detour_at:
-                for action, what in _SCROLL_DETOUR:    # (on a page that does not scroll the env says so: spent)
-                    await d.act(action, what, refused_ok=True)
-            if j == len(responses) - 1 and kind == "wrong-element" and last.element is not None:
-                wrong = _wrong_element(d.obs.text, last, rng)
-                await d.act(wrong, observed_elements(d.obs.text).get(wrong.element, "another element"))
-            else:
-                await d.send(response)
-
-    reason = await run_demo(demo, replay, kind)
-    return {**clean, "reward": demo.reward, "steps": demo.steps, "imperfection": kind}, reason
-
-
-# ---- driver ----
-
 def task_name(task_id: str) -> str:
     """``miniwob/click-button`` -> ``click-button``."""
     return task_id.split("/", 1)[-1]
@@ -1055,175 +784,14 @@ def solver_of(task) -> Solver | None:
     return EXPERTS.get(task_name(task.task_id))
 
 
-async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "short",
-                      quality: Quality = Quality()) -> tuple[dict, str | None]:
+async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "short") -> tuple[dict, str | None]:
     """Run one expert episode; returns (trajectory record, failure reason or None). The record is
     ``{"task", "seed", "intent", "reward", "steps": [{"observation", "error", "url", "response"}]}``
     (``reward`` 1.0 = success); ``prompt`` = the compress.system_prompt kind the responses are written for,
-    ``thoughts`` = "short" ("# Element: ...") or "long" (long_thought). With a ``quality`` that gives this
-    episode an imperfection, the clean demonstration is replayed with it (``replay_imperfect``) and that
-    episode is returned, marked ``"imperfection"``."""
+    ``thoughts`` = "short" ("# Element: ...") or "long" (long_thought)."""
     solver = solver_of(task)
     obs = await env.reset(task)
     demo = Demo(env, obs, prompt=prompt, thoughts=thoughts, key=f"{task.task_id}/{task.seed}")
     reason = await run_demo(demo, solver)
-    record = {"task": task.task_id, "seed": task.seed, "intent": obs.intent, "reward": demo.reward,
-              "steps": demo.steps}
-    kind, rng = quality.draw(demo.key)
-    if reason is None and kind is not None:
-        return await replay_imperfect(env, task, record, kind, rng, prompt)
-    return record, reason
-
-
-# ---- command line ----
-
-@dataclass
-class Args:
-    """Generate behavior-cloning demonstrations with the scripted MiniWoB++ experts."""
-    tasks: str = "experts"
-    """'experts' (every covered task), or an env.load_tasks spec such as 'miniwob:click-button,login-user'"""
-    episodes: int = 100
-    """episodes (seeds) per task; only successful ones are written"""
-    split: Literal["train", "eval"] = "train"
-    """seed range: 'train' (env.DEMO_SEEDS, 0..99999) or 'eval' (env.EVAL_SEEDS, 1000000..1999999)"""
-    seed_offset: int = 0
-    """first seed = start of the split + seed_offset (episode i uses start + seed_offset + i)"""
-    out: str = "data/demos.jsonl"
-    """output JSONL, one successful trajectory per line"""
-    concurrency: int = 6
-    """browser contexts running episodes in parallel (one Chromium)"""
-    max_obs_chars: int = 0
-    """observation length cap passed to the env (0 = the env's default)"""
-    chromium: str = ""
-    """Chromium executable (empty = env's default)"""
-    browser_endpoint: str = ""
-    """Playwright browser servers to run the browsers on instead of Chromium here (ws://HOST:PORT/TOKEN, as
-    scripts/browser_server.py prints it; several comma-separated; default $WEBAGENT_BROWSER_ENDPOINT);
-    docs/environment.md, section Browsers on other machines"""
-    failures: str = ""
-    """optional JSONL of failed episodes (record + reason) for debugging"""
-    progress: bool = True
-    """show a tqdm progress bar"""
-    prompt: PromptKind = "thinking"
-    """response format, a compress.system_prompt kind: thinking / short (<think>..</think><answer>..</answer>)
-    or plain / short_plain (a '# Element:' line, then the action)"""
-    thoughts: Literal["short", "long"] = "short"
-    """thoughts: 'short' ('# Element: ...') or 'long' (a reasoning paragraph, then that line: R1-CoT in miniature)"""
-    mistakes: float = 0.0
-    """an imperfect demonstrator: the fraction of episodes with a mistake that fails them (Quality), written too,
-    as an unfiltered log keeps them (train_bc.py --no-only-successes clones them)"""
-    detours: float = 0.0
-    """an imperfect demonstrator: the fraction of episodes with a detour that spends two interactions (Quality)"""
-
-
-def expand_tasks(spec: str) -> list:
-    """Tasks of ``--tasks``: 'experts' = every MiniWoB task in EXPERTS, else env.load_tasks(spec) (e.g.
-    'suite:all'), each of which must have an expert."""
-    if spec in ("experts", "miniwob:experts"):
-        spec = "miniwob:" + ",".join(EXPERTS)
-    tasks = webenv.load_tasks(spec)
-    missing = [t.task_id for t in tasks if solver_of(t) is None]
-    if missing:
-        raise SystemExit(f"no expert for {missing}; covered: {', '.join(EXPERTS)}; "
-                         f"suite: {', '.join(SUITE_EXPERTS)}")
-    return tasks
-
-
-async def generate(tasks: list, seeds: list[int], concurrency: int, *, env_kwargs: dict | None = None,
-                   pool_kwargs: dict | None = None, progress: bool = True, prompt: str = "thinking",
-                   thoughts: str = "short", quality: Quality = Quality()) -> list[tuple[dict, str | None]]:
-    """Run every (task, seed) through the experts with ``concurrency`` contexts of one BrowserPool."""
-    jobs = [dataclasses.replace(t, seed=s) for t in tasks for s in seeds]
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(jobs), desc="demos", unit="ep", dynamic_ncols=True)
-    ok = 0
-
-    def failed(job: Job, reason: str) -> tuple[dict, str]:   # a reset that failed, or a demonstration too long
-        return {"task": job.task.task_id, "seed": job.task.seed, "intent": "", "reward": 0.0, "steps": []}, reason
-
-    def done(job: Job, result: tuple[dict, str | None]) -> None:
-        nonlocal ok
-        if result[1]:
-            log.info("%s seed %d failed: %s", job.task.task_id, job.task.seed, result[1])
-        ok += result[1] is None
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(success=f"{ok}/{bar.n}")
-
-    async with webenv.BrowserPool(**(pool_kwargs or {})) as pool, \
-            Runner(pool, concurrency, timeout_s=EPISODE_TIMEOUT_S,
-                   env_kwargs=env_kwargs or {}) as runner:
-        results = await runner.run([Job(t) for t in jobs],
-                                   lambda env, job: demonstrate(env, job.task, prompt, thoughts, quality), failed, done)
-    if bar is not None:
-        bar.close()
-    return sorted(results, key=lambda r: (r[0]["task"], r[0]["seed"]))
-
-
-def write_jsonl(path: str | Path, records: list[dict]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    os.replace(tmp, path)
-
-
-def success_table(results: list[tuple[dict, str | None]]) -> str:
-    per = collections.defaultdict(lambda: [0, 0, 0])    # task -> [successes, episodes, steps of successes]
-    for rec, reason in results:
-        p = per[rec["task"]]
-        p[1] += 1
-        if reason is None:
-            p[0] += 1
-            p[2] += len(rec["steps"])
-    lines = [f"{'task':<34} {'success':>9} {'rate':>7} {'steps':>6}"]
-    for task, (ok, n, steps) in sorted(per.items()):
-        lines.append(f"{task:<34} {ok:>4}/{n:<4} {ok / n:>7.1%} {steps / max(ok, 1):>6.1f}")
-    ok, n = sum(p[0] for p in per.values()), sum(p[1] for p in per.values())
-    lines.append(f"{'all':<34} {ok:>4}/{n:<4} {ok / max(n, 1):>7.1%}")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from trainlib import parse_args
-    args = parse_args(Args, argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    webenv.browser_endpoints(args.browser_endpoint or None)    # checked, and their tokens kept out of logs
-    log.info("args %s", webenv.redact(str(vars(args))))
-    # derived
-    split = SPLITS[args.split]
-    seeds = [split.start + args.seed_offset + i for i in range(args.episodes)]
-    if seeds and seeds[-1] >= split.stop:
-        raise SystemExit(f"seeds run past the {args.split} range {split}")
-    if min(args.mistakes, args.detours) < 0 or args.mistakes + args.detours > 1:
-        raise SystemExit(f"--mistakes and --detours are fractions of episodes, >= 0 and together <= 1, not "
-                         f"{args.mistakes} and {args.detours}")
-    tasks = expand_tasks(args.tasks)
-    env_kwargs = {"max_obs_chars": args.max_obs_chars} if args.max_obs_chars else {}
-    pool_kwargs = {"executable_path": args.chromium} if args.chromium else {}
-    if args.browser_endpoint:
-        pool_kwargs["endpoints"] = args.browser_endpoint
-
-    t0 = time.time()
-    results = asyncio.run(generate(tasks, seeds, args.concurrency, env_kwargs=env_kwargs,
-                                   pool_kwargs=pool_kwargs, progress=args.progress, prompt=args.prompt,
-                                   thoughts=args.thoughts, quality=Quality(args.mistakes, args.detours)))
-    kept = [rec for rec, reason in results if reason is None or "imperfection" in rec]   # (a log keeps its mistakes)
-    write_jsonl(args.out, kept)
-    if args.failures:
-        write_jsonl(args.failures, [{**rec, "reason": reason} for rec, reason in results if reason])
-    reasons = collections.Counter(reason.split(":")[0] for _, reason in results if reason)
-    print(success_table(results))
-    imperfect = collections.Counter((r["imperfection"], r["reward"] > 0) for r in kept if "imperfection" in r)
-    print(f"wrote {len(kept)} trajectories ({sum(len(r['steps']) for r in kept)} steps) to {args.out} "
-          f"in {time.time() - t0:.1f}s; failures by kind: {dict(reasons)}"
-          + (f"; imperfect (kind, success): {dict(sorted(imperfect.items()))}" if imperfect else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return {"task": task.task_id, "seed": task.seed, "intent": obs.intent, "reward": demo.reward,
+            "steps": demo.steps}, reason

@@ -585,6 +585,14 @@ class HFBackend:
         return await req.future
 
     @torch.no_grad()
+    async def before_update(self, module, samples: Sequence) -> None:
+        """The trainer is about to update ``module``: nothing to do (every request has been answered)."""
+
+    async def after_update(self, module) -> dict[str, float]:
+        """The trainer updated ``module``: ``take_weights``; no statistics (vLLM's backend reports its push's)."""
+        self.take_weights(module)
+        return {}
+
     def take_weights(self, module) -> None:
         """Copy ``module``'s parameters into the backend's model when that is a copy of it (``invariance``'s
         float64 copy, its parameters in the same order, a PEFT wrapper's
@@ -605,7 +613,8 @@ class HFBackend:
         return await asyncio.get_running_loop().run_in_executor(self._executor, run)
 
     async def aclose(self) -> None:
-        """Stop the batching task and the model thread (pending requests are cancelled)."""
+        """Stop the batching task and the model thread (pending requests are cancelled), and let go of the model
+        (and its float64 copy): weights no one else holds are freed before the next model loads."""
         self._closed = True
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
@@ -616,6 +625,14 @@ class HFBackend:
         for r in pending:
             r.future.cancel()
         self._executor.shutdown(wait=False)
+
+        def release() -> bool:   # (after the model thread's last step)
+            with self._model_lock:
+                on_gpu = self.model is not None and next(self.model.parameters()).device.type == "cuda"
+                self.model = None
+                return on_gpu
+        if await asyncio.to_thread(release):
+            torch.cuda.empty_cache()
 
     def _fixed_shapes_checked(self) -> bool:
         p = next(self.model.parameters())

@@ -11,7 +11,8 @@ What it implements
   fixed action strings and prompt words). Both round-trip through ``save_pretrained`` / ``from_pretrained``.
 - ``decide_device``: CUDA -> bf16 (FlashAttention-2 when its kernels load, else SDPA); CPU -> fp32, SDPA.
   ``to_device`` moves a model there without rounding its fp32 buffers.
-- ``make_backend``: a generation backend, one async interface
+- ``make_backend``: the one factory of generation backends (every script builds its own with it), one async
+  interface
   ``await backend.generate(prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None,
   seed=None) -> hf_backend.Generation(ids, logprobs, text, finish_reason)``; ``seed`` gives a request its own
   sampling noise (common random numbers: ``rollout.request_seed``), never shared with the batch it is decoded in:
@@ -19,8 +20,8 @@ What it implements
     per-token log-probs (what they mean: hf_backend.py's docstring).
   * ``"openai"``: ``OpenAIBackend``: OpenAI-compatible chat completions over HTTP (stdlib only) with retries and
     a timeout; a bad or empty reply becomes an empty ``Generation`` with ``finish_reason="error: ..."``.
-  * vLLM's async engine is ``vllm_backend.VLLMBackend``, in a module of its own with its processes and the
-    weight push (vllm_backend.py).
+  * ``"vllm"``: ``vllm_backend.VLLMBackend``, vLLM's async engine, in a module of its own with its processes and
+    the weight push (vllm_backend.py).
 
 How to run
     .venv/bin/python -c "import policy; m, t = policy.load('tiny'); print(m.num_parameters(), len(t))"
@@ -515,18 +516,55 @@ class OpenAIBackend:
         log.warning("OpenAIBackend: giving up on %s: %s", self.url, error)
         return hf_backend.Generation([], None, "", f"error: {error}")
 
+    async def aclose(self) -> None:
+        """Nothing to release (each request has its own connection); failed requests are reported here."""
+        if self.stats["failed"]:
+            log.warning("openai backend: %d requests failed (%s)", self.stats["failed"], self.stats)
+
 
 # ---- factory ----
 
-def make_backend(kind: str, **kwargs):
-    """``make_backend("hf", model=m, tokenizer=t, ...)`` (``hf_backend.HFBackend``; or ``spec="tiny"`` to load one),
-    ``make_backend("openai", base_url=..., model=...)``; vLLM's is ``vllm_backend.VLLMBackend(model_path, ...)``."""
+BACKENDS = ("hf", "vllm", "openai")
+
+
+def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int = 0, max_context: int = 16384, batch_invariant: bool = False,
+                 max_batch_size: int = 64, num_threads: int | None = None, chat_template: str | None = None,
+                 gpu_memory: float = 0.7, local_rank: int | None = None, own_session: bool = False,
+                 base_url: str | None = None, timeout_s: float = 60.0):
+    """The generation backend of ``kind`` for ``model``, as every script builds it (train_mgrpo.py, eval.py).
+
+    Every backend has ``generate`` (the interface above), ``.tokenizer`` (the one its prompts are rendered and
+    counted with; None for an OpenAI server without a local tokenizer) and ``await backend.aclose()``, which
+    releases what it holds (the model thread and the weights; the engine's processes; nothing for HTTP).
+
+    * ``"hf"``: ``model`` is a loaded module (the trainer's own: generation follows its updates; give
+      ``tokenizer``) or a checkpoint path / tiny spec (loaded here, on ``decide_device``'s device, with
+      ``chat_template``). ``batch_invariant``: on a CPU, rows decoded alike alone or in any batch
+      (``HFBackend(invariance="auto")``); ``num_threads``: the model thread's torch threads on a CPU.
+    * ``"vllm"``: ``model`` is a checkpoint directory; ``seed`` the engine's, ``gpu_memory`` its share of the
+      GPU, ``local_rank`` its GPU under torchrun, ``own_session`` keeps Ctrl-C away from its processes.
+    * ``"openai"``: ``model`` is the served model's name at ``base_url``; ``tokenizer`` (optional) counts prompts.
+    """
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     if kind == "hf":
-        if "spec" in kwargs:
-            spec = kwargs.pop("spec")
-            kwargs["model"], kwargs["tokenizer"] = load(spec, device=kwargs.pop("device", None),
-                                                        dtype=kwargs.pop("dtype", None))
-        return hf_backend.HFBackend(**kwargs)
+        if isinstance(model, (str, os.PathLike)):
+            device, dtype = decide_device()
+            model, tokenizer = load(str(model), device=device, dtype=dtype, chat_template=chat_template)
+        on_cpu = next(model.parameters()).device.type == "cpu"
+        return hf_backend.HFBackend(model, tokenizer, **sampling, max_batch_size=max_batch_size,
+                                    num_threads=num_threads if on_cpu else None,
+                                    invariance="auto" if batch_invariant and on_cpu else "off")
+    if kind == "vllm":
+        import vllm_backend   # (vLLM is imported only by those who use it)
+        backend = vllm_backend.VLLMBackend(str(model), tokenizer=tokenizer, **sampling, seed=seed,
+                                           max_model_len=max_context, gpu_memory_utilization=gpu_memory,
+                                           local_rank=local_rank, own_session=own_session)
+        if chat_template and tokenizer is None:   # the engine renders nothing: prompts are ids rendered with this
+            backend.tokenizer.chat_template = read_chat_template(chat_template)
+        return backend
     if kind == "openai":
-        return OpenAIBackend(**kwargs)
-    raise ValueError(f"unknown backend {kind!r}: expected 'hf' or 'openai' (vLLM: vllm_backend.VLLMBackend)")
+        if not base_url:
+            raise ValueError("the openai backend needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        return OpenAIBackend(base_url, str(model), tokenizer=tokenizer, **sampling, timeout_s=timeout_s)
+    raise ValueError(f"unknown backend {kind!r}: expected one of {BACKENDS}")

@@ -69,7 +69,7 @@ def probe_rows(tok, seed: int, n: int, mix: dict[str, float], easy: bool = False
 
 
 def demo_rows(tok, path: str, n: int):
-    """Demonstration steps of real tasks (experts.py JSONL), rendered as train_bc renders them."""
+    """Demonstration steps of real tasks (demos.py JSONL), rendered as train_bc renders them."""
     out = []
     with open(path) as f:
         for line in f:
@@ -139,7 +139,7 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--probe-every", type=int, default=500)
     ap.add_argument("--probe-n", type=int, default=256)
-    ap.add_argument("--probe-demos", default=None, help="experts.py JSONL to probe on (never trained on)")
+    ap.add_argument("--probe-demos", default=None, help="demos.py JSONL to probe on (never trained on)")
     ap.add_argument("--save-every", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

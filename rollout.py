@@ -19,7 +19,7 @@ and the runner that drives many episodes over a pool of browser contexts.
   script's ``Args`` embeds (its fields are ordinary flags: ``--temperature``, ``--prompt``, ...); ``EnvConfig``
   the same for the environment (``--tasks``, ``--rubric``, ``--browser-endpoint``).
 
-Experts (experts.py) run their scripted episodes through the same ``Runner``.
+Demonstrations (demos.py) run the scripted experts' episodes through the same ``Runner``.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class EpisodeConfig:
 @dataclass
 class EnvConfig:
     """Which tasks the episodes run, how WebArena-format tasks are scored, and where their browsers run: the
-    environment settings eval.py and train_mgrpo.py share (flags --tasks, --rubric, --browser-endpoint)."""
+    environment settings eval.py, train_mgrpo.py and demos.py share (flags --tasks, --rubric, --browser-endpoint)."""
     tasks: str = "miniwob:click-button,login-user"
     """task spec for env.load_tasks: "miniwob:a,b", "miniwob:all" or a WebArena config JSON"""
     rubric: Literal["vab", "webarena"] = "vab"

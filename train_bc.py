@@ -5,7 +5,7 @@ compress.py with dynamic context compression (earlier observations replaced by t
 the loss covers the action's tokens only (its <think> part included, as in Eq. 1; ``--no-think-in-loss``
 drops it as the reference code does).
 
-Data: our experts.py JSONL (one trajectory per line: ``{"task", "seed", "intent", "reward",
+Data: our demos.py JSONL (one trajectory per line: ``{"task", "seed", "intent", "reward",
 "steps": [{"observation", "error", "response", "url"}]}``) and the WebRL / VisualAgentBench BC data
 (LLaMA-Factory sharegpt: ``{"conversations": [{"from": "human", "value": <full prompt>}, {"from": "gpt",
 "value": <action>}]}``, one step per record, JSON list or JSONL). WebRL's human turns carry the earlier rounds
@@ -57,7 +57,7 @@ class Args:
     chat_template: str = ""
     """Jinja chat-template file replacing the model's own (a base model has none); saved with the checkpoint"""
     data: str = "data/demos.jsonl"
-    """comma-separated files: experts.py JSONL and/or WebRL/VAB sharegpt JSON(L)"""
+    """comma-separated files: demos.py JSONL and/or WebRL/VAB sharegpt JSON(L)"""
     out: str = "ckpt/bc"
     """run directory: checkpoints (step_N/, latest), hf/ (final model), metrics.jsonl, tb/, loss.png"""
     ds_config: str = ""
@@ -114,7 +114,7 @@ class Args:
     user/assistant messages and rendered through the model's chat template (any model, not WebRL's tokens)"""
     only_successes: bool = True
     """clone only the trajectories of --data that succeeded (reward > 0); --no-only-successes clones every one, as
-    an unfiltered log would be (experts.py --mistakes writes failed ones)"""
+    an unfiltered log would be (demos.py --mistakes writes failed ones)"""
 
 
 # ---- data ----

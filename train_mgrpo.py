@@ -2,26 +2,22 @@
 
 One training step, in the order of ``train``:
   1. rollouts: B tasks x G trajectories, each an asyncio task with its own browser context, all G of a group
-     from the same start page. A trajectory is rollout.py's episode loop (the one evaluation runs): render
-     (dynamic context compression) -> generate -> env.step until exit() or the step limit, then its binary
-     reward; every step kept as a token-exact sample (prompt ids + generated ids).
+     from the same start page: rollout.py's episode loop (the one evaluation runs), every step kept as a
+     token-exact sample (prompt ids + generated ids), a binary reward at the end.
   2. advantages (``mgrpo_batch``): A_i = (r_i - mean) / (std + eps) within the group, shared by all actions of
      trajectory i. A trajectory the environment ended (failed reset, crash, timeout) leaves its group's
      statistics; a group left with < 2 trajectories, or (``--zero-std skip``) whose rewards are all equal,
      leaves the loss.
   3. loss (Eq. 2): clipped ratio (eps 0.2) minus beta * KL to the frozen reference (k3, beta 0.001), the
      normalisation 1/(G |tau_i| |a_ij|) as per-sample weights, so micro-batches are a plain weighted sum.
-  4. weight sync: the HF backend generates with the trainer's module itself (or, where a CPU's kernels do not
-     allow batch-invariant shapes, a float64 copy that takes the new weights); the vLLM engine gets them pushed,
-     then a probe's log-probs are compared with the trainer's.
+  4. weight sync: the HF backend generates with the trainer's module itself; the vLLM engine gets the weights
+     pushed, then checked on a probe (``backend.after_update``).
 A run is a function of its command: each request is seeded (``rollout.group_noise``), the CPU decodes
 batch-invariantly, the update reads the samples in job order; a resumed run equals the uninterrupted one.
 
-Beyond the paper (off by default, each with a row in docs/results.md): ``--advantage gigpo`` (GiGPO's
-step-level credit), ``--dynamic-sampling N`` (DAPO), ``--lora-rank`` (peft), ``--warmup-steps``,
-``--time-budget``; ``--invalid-penalty`` (verl-agent's) is being measured (experiments/demo_recipe.sh).
-Ablations that did not earn a place live in git history (docs/results.md names the commits). Departures: the
-default batch is B=4 x G=4 (the paper's 16 trajectories; it does not give G). With ``--updates-per-batch 1``
+Beyond the paper (off by default, each with a row in docs/results.md): ``--advantage gigpo``,
+``--dynamic-sampling N`` (DAPO), ``--lora-rank``, ``--warmup-steps``, ``--time-budget``, ``--invalid-penalty``.
+The default batch is B=4 x G=4 (the paper's 16 trajectories; it does not give G); with ``--updates-per-batch 1``
 (default) the ratio is 1, as in the paper's on-policy setting.
 
 Run (R1-Zero: the same with --model pointing at a base, not BC, checkpoint):
@@ -46,9 +42,9 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from tqdm import tqdm
 
 import env as webenv
-import hf_backend
 import policy
 import trainlib
 import vllm_backend
@@ -167,39 +163,34 @@ def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: 
 
 @dataclass
 class GroupRoller:
-    """This rank's groups: ``draw(n)`` the tasks of its n of the next B groups, ``roll(tasks, first)`` their G
-    trajectories each (group ids first, ...; seeded by their number in the run); ``cursor``: groups consumed."""
+    """This rank's groups of the run; ``cursor``: groups consumed by all ranks (checkpointed)."""
     runner: Runner
-    backend: object
-    tokenizer: object
+    backend: object   # (its prompts rendered with its own tokenizer)
     tasks: list[webenv.Task]
     args: Args
     rank: int
     cursor: int = 0
-    drawn: int = 0    # the run's number of the first group of the last draw
 
-    def draw(self, n: int) -> list[webenv.Task]:
-        self.drawn = self.cursor + self.rank * n
-        tasks = step_tasks(self.tasks, self.drawn, n, self.args.seed, self.args.rl_pages)
-        self.cursor += self.args.tasks_per_step
-        return tasks
-
-    async def roll(self, tasks: list[webenv.Task], first: int) -> list[Trajectory]:
-        jobs = [Job(task, group=first + g, noise=group_noise(self.args.seed, self.drawn + g), sample=i)
-                for g, task in enumerate(tasks) for i in range(self.args.group_size)]
-        return await rollouts(self.runner, self.backend, self.tokenizer, jobs, self.args.episode)
+    async def next_round(self, n: int, first: int) -> list[Trajectory]:
+        """This rank's n of the run's next B groups: their tasks (``step_tasks``), G trajectories each, group ids
+        ``first``.. within the step, each request seeded by its group's number in the run (``group_noise``)."""
+        start, self.cursor = self.cursor + self.rank * n, self.cursor + self.args.tasks_per_step
+        jobs = [Job(task, group=first + g, noise=group_noise(self.args.seed, start + g), sample=i)
+                for g, task in enumerate(step_tasks(self.tasks, start, n, self.args.seed, self.args.rl_pages))
+                for i in range(self.args.group_size)]
+        return await rollouts(self.runner, self.backend, self.backend.tokenizer, jobs, self.args.episode)
 
 
-async def sample_groups(roll, draw, groups_per_rank: int, max_rounds: int,
+async def sample_groups(next_round, groups_per_rank: int, max_rounds: int,
                         reduce_sum=lambda n: n) -> tuple[list[Trajectory], int, int]:
     """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1: rounds of ``groups_per_rank``
-    groups (``draw``, ``roll`` as GroupRoller's) until all ranks together hold as many groups with unequal
-    rewards as one round has groups, or ``max_rounds`` ran (``reduce_sum``: over ranks, so they agree).
+    groups (``GroupRoller.next_round``) until all ranks together hold as many groups with unequal rewards as one
+    round has groups, or ``max_rounds`` ran (``reduce_sum``: over ranks, so they agree).
     Returns (all trajectories, rounds, groups with unequal rewards on this rank)."""
     trajs: list[Trajectory] = []
     rounds, target = 0, reduce_sum(groups_per_rank)
     while True:
-        trajs += await roll(draw(groups_per_rank), rounds * groups_per_rank)
+        trajs += await next_round(groups_per_rank, rounds * groups_per_rank)
         rounds += 1
         informative = sum(not equal for _, equal in group_outcomes(trajs)[0])
         if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
@@ -362,16 +353,33 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
 
 # ---- the update ----
 
+def merge_identical(samples: list[Sample], adv: list[float], weight: list[float],
+                    same_advantage: bool = False) -> tuple[list[Sample], list[float], list[float]]:
+    """One loss term for the samples with the same ids and mask (the same action in the same context: G
+    trajectories of a group often take the same first action on their shared start page). Eq. 2's loss is a sum
+    of w_n f(log-probs_n, A_n); equal ids give equal log-probs, so the terms merge exactly into one sample of
+    weight sum(w) and advantage sum(w A) / sum(w) when the ratio is 1 (one update per batch: the clipped
+    surrogate's gradient is then A grad ratio whatever the sign of A), or, with ``same_advantage``, only samples
+    whose advantages are equal too (any ratio). Returns (samples, advantages, weights)."""
+    merged: dict[tuple, list] = {}   # key -> [the first such sample, sum of w, sum of w A]
+    for s, a, w in zip(samples, adv, weight):
+        m = merged.setdefault((tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ()), [s, 0.0, 0.0])
+        m[1] += w
+        m[2] += w * a
+    rows = list(merged.values())
+    return [r[0] for r in rows], [r[2] / r[1] if r[1] else 0.0 for r in rows], [r[1] for r in rows]
+
+
 def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bool = True) -> dict[str, float]:
     """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), actions scored at the rollouts'
-    temperature (pi(a | h) as sampled). ``fast``: identical samples scored once (``trainlib.merge_identical``),
+    temperature (pi(a | h) as sampled). ``fast``: identical samples scored once (``merge_identical``),
     micro-batches of similar length (False: every sample in rollout order; bench/bench_rl_step.py compares).
     Every rank runs the same number of micro-batches (ZeRO-3 gathers parameters collectively), padding with
     zero-weight ones. The weights are multiplied by the world size: DeepSpeed averages the ranks' gradients."""
     samples, adv, weight = batch.samples, batch.adv, batch.weight
     order = list(range(len(samples)))
     if fast:
-        samples, adv, weight = trainlib.merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
+        samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
         order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
     n_micro = trainlib.all_reduce_max(math.ceil(len(samples) / args.micro_batch))
     dummy = Sample([pad_id, pad_id], [0, 0])
@@ -422,16 +430,13 @@ def tasks_per_step(requested: int, group_size: int, world: int) -> int:
     """B, the groups of one step: ``requested`` (a multiple of ``world``), or for 0 the paper's 16 trajectories,
     16 // G groups, rounded up to a multiple of ``world``: (0, 4, 1) -> 4, (0, 4, 8) -> 8, (6, 4, 4) exits."""
     if requested % world:
-        raise SystemExit(f"--tasks-per-step {requested} must be a multiple of the world size {world} "
-                         "(or 0: chosen to fit)")
+        raise SystemExit(f"--tasks-per-step {requested} must be a multiple of the world size {world} (or 0: to fit)")
     return requested or max(1, math.ceil(max(1, 16 // group_size) / world)) * world
 
 
 class Stop(enum.IntEnum):
     """Why a run ends before ``--steps``; the ranks agree on the most urgent (the largest) after every step."""
-    NO = 0
-    TIME_BUDGET = 1
-    INTERRUPTED = 2
+    NO, TIME_BUDGET, INTERRUPTED = 0, 1, 2
 
 
 async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[webenv.Task], metrics, *,
@@ -443,12 +448,11 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     if args.backend == "vllm" and step:   # resumed: the engine starts from the checkpoint's weights
         await vllm_backend.push_weights_to_vllm(backend, engine.module)
         log.info("resumed: pushed step_%d's weights into the vLLM engine", step)
-    from tqdm import tqdm
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     async with args.env.pool() as pool, \
             Runner(pool, args.tasks_per_step // world * args.group_size, timeout_s=args.episode.episode_timeout,
                    env_kwargs=args.episode.env_kwargs(*args.env.families())) as runner:
-        groups = GroupRoller(runner, backend, tokenizer, tasks, args, rank, cursor)
+        groups = GroupRoller(runner, backend, tasks, args, rank, cursor)
         try:
             if args.eval_every and step == 0:   # where the run starts from
                 engine.module.eval()
@@ -457,7 +461,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 # ---- rollouts: B x G trajectories, own contexts [collective: per round, groups summed over ranks] ----
                 t0 = time.time()
                 engine.module.eval()
-                trajs, rounds, _ = await sample_groups(groups.roll, groups.draw, args.tasks_per_step // world,
+                trajs, rounds, _ = await sample_groups(groups.next_round, args.tasks_per_step // world,
                                                        args.dynamic_sampling, reduce_sum=trainlib.all_reduce_sum)
                 times = {"rollout/seconds": time.time() - t0}
 
@@ -466,20 +470,15 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 learn = trainlib.all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
                 engine.module.train()
-                if args.backend == "vllm" and learn:
-                    probe = vllm_backend.probe_sample([s for t in trajs for s in t.samples], backend)
-                    before = await vllm_backend.score_probe(backend, engine.module, probe)
-                    await backend.sleep()           # the engine's GPU memory goes to the update (CUDA only)
+                if learn:   # (vLLM: the sync check's probe scored, the engine asleep: its GPU memory to the update)
+                    await backend.before_update(engine.module, [s for t in trajs for s in t.samples])
                 train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args) if learn else {}
                 times["train/seconds"] = time.time() - t1
                 step += 1
 
-                # ---- weight sync (vLLM; the HF backend's float64 copy if it has one) ----
-                if args.backend == "hf" and learn:
-                    backend.take_weights(engine.module)
-                if args.backend == "vllm" and learn:
-                    train_stats |= await vllm_backend.sync_weights(backend, engine.module)
-                    train_stats |= await vllm_backend.probe_sync(backend, engine.module, probe, before)
+                # ---- weight sync (vLLM: pushed and checked [collectives]; HF: its float64 copy if it has one) ----
+                if learn:
+                    train_stats |= await backend.after_update(engine.module)
 
                 # ---- log [collectives: the metrics averaged over ranks, the sync check's worst, the Stop] ----
                 stats = step_stats(trajs, batch, rounds, train_stats | times, tasks, args, learn)
@@ -499,8 +498,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                     trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": groups.cursor}, rank)
         finally:
             bar.close()
-            if hasattr(backend, "aclose"):
-                await backend.aclose()
+            await backend.aclose()
     return step, groups.cursor, stopped
 
 
@@ -534,17 +532,9 @@ def step_stats(trajs: list[Trajectory], batch: Batch, rounds: int, train_stats: 
         stats |= {"train/step_groups": float(batch.step_groups),
                   "train/step_groups_signal": float(batch.step_groups_differ)}
     if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
-        leases = sites.take_stats()
-        stats |= {"rollout/lease_wait_s": leases["wait_s"] / max(leases["leases"], 1),
-                  "rollout/replica_resets": float(leases["resets"])}
+        stats |= sites.step_stats()
     sync = {k: stats.pop(k, None) for k in vllm_backend.SYNC_WORST} if args.backend == "vllm" and learn else {}
-    stats = task_success(trainlib.all_reduce_mean(stats))
-    for k, v in sync.items():
-        sign = vllm_backend.SYNC_WORST[k]
-        worst = sign * trainlib.all_reduce_fmax(sign * v if v is not None else -math.inf)
-        if math.isfinite(worst):
-            stats[k] = worst
-    return stats
+    return task_success(trainlib.all_reduce_mean(stats)) | vllm_backend.worst_rank(sync)
 
 
 def log_step(out: Path, step: int, trajs: list[Trajectory], stats: dict[str, float], args: Args, bar) -> None:
@@ -601,35 +591,28 @@ def main(args: Args) -> Path:
                              bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
     engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0, betas=(0.9, args.adam_beta2),
                                   schedule=trainlib.linear_warmup(args.warmup_steps))
-    ref_model = None
-    if args.beta != 0.0:   # frozen reference pi_ref for the KL term, partitioned like the policy under ZeRO-3
-        ref, _ = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
-        ref_model = trainlib.make_reference(ref, cfg)
+    # the frozen reference pi_ref of the KL term (none for beta = 0), partitioned like the policy under ZeRO-3
+    ref = (policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)[0]
+           if args.beta else None)
+    ref_model = trainlib.make_reference(ref, cfg) if ref is not None else None
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
     if args.resume and (ckpt := trainlib.latest_checkpoint(out)):
         state = trainlib.load_checkpoint(engine, ckpt, rank)
         step, cursor = state["step"], state["cursor"]
         log.info("resumed from %s at step %d", ckpt, step)
-    if args.backend == "hf":
-        invariant = ep.batch_invariant and device.type == "cpu"
-        if trainlib.zero_stage(cfg) == 3 and (world > 1 or invariant):
-            raise SystemExit("--backend hf with ZeRO-3 would gather weights in lock-step for every generated token on "
-                             "several ranks, and copy partitions on a CPU (--batch-invariant); use ZeRO-0/2 or vllm")
-        # generation runs the HF model itself (with LoRA: its layers carry the adapters), batch-invariant on a CPU
-        # (fixed shapes; where this machine's kernels do not allow them, a float64 copy made now, after a resume,
-        # which takes the weights after every update: HFBackend.take_weights)
-        backend = hf_backend.HFBackend(engine.module.get_base_model() if args.lora_rank else engine.module, tokenizer,
-                                       invariance="auto" if invariant else "off", max_new_tokens=ep.max_new_tokens,
-                                       temperature=ep.temperature, top_p=ep.top_p,
-                                       max_batch_size=args.tasks_per_step // world * args.group_size,
-                                       num_threads=(args.torch_threads or None) if device.type == "cpu" else None)
-    else:
-        trainlib.free_cached_memory()   # vLLM checks free GPU memory at start; loading left full copies cached
-        backend = vllm_backend.VLLMBackend(args.model, tokenizer=tokenizer, max_new_tokens=ep.max_new_tokens,
-                                     temperature=ep.temperature, top_p=ep.top_p,
-                                     gpu_memory_utilization=args.vllm_gpu_memory, max_model_len=ep.max_context,
-                                     seed=args.seed + rank, local_rank=local_rank,   # this rank's own GPU
-                                     own_session=True)   # Ctrl-C reaches the trainer only: the step finishes
+    on_cpu_invariant = ep.batch_invariant and device.type == "cpu"
+    if args.backend == "hf" and trainlib.zero_stage(cfg) == 3 and (world > 1 or on_cpu_invariant):
+        raise SystemExit("--backend hf with ZeRO-3 would gather weights in lock-step for every generated token on "
+                         "several ranks, and copy partitions on a CPU (--batch-invariant); use ZeRO-0/2 or vllm")
+    # hf generates with the model being trained (with LoRA: its layers carry the adapters), batch-invariant on a
+    # CPU; vllm starts an engine on this rank's GPU from --model, out of Ctrl-C's reach (the step finishes)
+    policy_model = (engine.module.get_base_model() if args.lora_rank else engine.module) if args.backend == "hf" \
+        else args.model
+    backend = policy.make_backend(
+        args.backend, policy_model, tokenizer, max_new_tokens=ep.max_new_tokens, temperature=ep.temperature,
+        top_p=ep.top_p, seed=args.seed + rank, max_context=ep.max_context, batch_invariant=ep.batch_invariant,
+        max_batch_size=args.tasks_per_step // world * args.group_size, num_threads=args.torch_threads or None,
+        gpu_memory=args.vllm_gpu_memory, local_rank=local_rank, own_session=True)
 
     # Ctrl-C: finish the step, then every rank stops at the same step (Stop is agreed) and saves once
     interrupted = threading.Event()
@@ -655,15 +638,12 @@ def main(args: Args) -> Path:
 def plot_dynamics(out: Path, model: str, step: int) -> None:
     """<out>/dynamics.png from metrics.jsonl: what a reader needs to judge a run (rollout and validation success,
     KL to the start, groups with a signal, unparsable responses, response length, success per task)."""
-    trainlib.plot_metrics(out / "metrics.jsonl", [("rollout/success_rate", "rollout success rate"),
-                          ("val/success_rate", "greedy success, validation pages", 1),
-                          ("train/kl", "KL to the start (reference)"),
-                          ("rollout/frac_signal", "groups with a signal"),
-                          ("rollout/parse_fail_rate", "unparsable responses / turn"),
-                          ("rollout/response_tokens", "response tokens / trajectory"),
-                          ("rollout/success/*", "success rate per task")],
-                          out / "dynamics.png", title=f"M-GRPO training dynamics ({model})",
-                          smooth=max(5, step // 10))
+    panels = [("rollout/success_rate", "rollout success rate"), ("val/success_rate", "greedy success, validation", 1),
+              ("train/kl", "KL to the start (reference)"), ("rollout/frac_signal", "groups with a signal"),
+              ("rollout/parse_fail_rate", "unparsable responses / turn"),
+              ("rollout/response_tokens", "response tokens / trajectory"), ("rollout/success/*", "success per task")]
+    trainlib.plot_metrics(out / "metrics.jsonl", panels, out / "dynamics.png",
+                          title=f"M-GRPO training dynamics ({model})", smooth=max(5, step // 10))
 
 
 if __name__ == "__main__":

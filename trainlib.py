@@ -478,32 +478,6 @@ def forward_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
     return logp, ent, mask
 
 
-def merge_identical(samples: list[Any], adv: list[float], weight: list[float],
-                    same_advantage: bool = False) -> tuple[list[Any], list[float], list[float]]:
-    """One loss term for the samples (rollout.Sample) with the same ids and mask (the same action in the same
-    context: G trajectories of a group often take the same first action on their shared start page). M-GRPO's
-    loss (train_mgrpo.py, Eq. 2) is a sum of w_n * f(log-probs_n, A_n); equal ids give equal log-probs, so the
-    terms merge exactly into one sample of weight sum(w) and advantage sum(w A) / sum(w): when the ratio is 1
-    (one update per batch, where the clipped surrogate's gradient is A * grad ratio whatever the sign of A), or,
-    with ``same_advantage``, only samples whose advantages are equal too (any ratio). Returns (samples,
-    advantages, weights)."""
-    at: dict[tuple, int] = {}
-    out_s: list[Any] = []
-    wsum: list[float] = []
-    wadv: list[float] = []
-    for s, a, w in zip(samples, adv, weight):
-        key = (tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ())
-        if key not in at:
-            at[key] = len(out_s)
-            out_s.append(s)
-            wsum.append(0.0)
-            wadv.append(0.0)
-        k = at[key]
-        wsum[k] += w
-        wadv[k] += w * a
-    return out_s, [wa / w if w else 0.0 for wa, w in zip(wadv, wsum)], wsum
-
-
 # ---- checkpoints ----
 
 def rng_state() -> dict[str, Any]:

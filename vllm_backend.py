@@ -12,7 +12,8 @@
 - The push after an update, in the order that keeps the GPU's peak lowest: ``sync_weights``. The check that it
   reached the engine: ``score_probe`` / ``probe_sync`` compare, on ``probe_sample``, the engine's log-probs of
   a sample's action tokens with the trainer's, before and after an update (train_mgrpo.py logs them as
-  ``sync/...``, reduced over ranks as ``SYNC_WORST`` says).
+  ``sync/...``, each the worst rank's: ``worst_rank``). The trainer calls them as ``VLLMBackend.before_update``
+  and ``after_update`` (the HF backend has the same two).
 
 vLLM itself is imported only when an engine is built, so importing this module needs no vLLM. Tests:
     .venv/bin/python -m pytest -q tests/test_vllm.py      (WEBAGENT_REQUIRE_VLLM=1: fail instead of skip)
@@ -25,6 +26,7 @@ import dataclasses
 import gc
 import inspect
 import logging
+import math
 import os
 import shlex
 import sys
@@ -85,6 +87,8 @@ class VLLMBackend:
                          else end_of_turn_ids(tokenizer) if tokenizer is not None else [])
         if engine is None and model_path is None:
             raise ValueError("VLLMBackend needs model_path or engine")
+        if engine is None:   # the engine checks free GPU memory at start: hand back what PyTorch only caches
+            trainlib.free_cached_memory()
         self.engine = engine if engine is not None else _start_vllm(
             model_path, local_rank=local_rank, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
@@ -141,6 +145,18 @@ class VLLMBackend:
         params = self.sampling_params(max_new_tokens=1, temperature=1.0, top_p=1.0, prompt_logprobs=0)
         plp = (await self._run(full, params)).prompt_logprobs       # [None, {id: Logprob}, ...] per position
         return [float(plp[len(prompt_ids) + k][t].logprob) for k, t in enumerate(target_ids)]
+
+    async def before_update(self, module, samples: Sequence[Any]) -> None:
+        """The trainer is about to update ``module`` on this rank's action ``samples``: the weight-sync check's
+        probe scored by both sides first (``probe_sample``, ``score_probe``), then the engine asleep (``sleep``)."""
+        self._probe = probe_sample(samples, self)
+        self._before = await score_probe(self, module, self._probe)
+        await self.sleep()
+
+    async def after_update(self, module) -> dict[str, float]:
+        """The updated weights pushed (``sync_weights``) and checked on the probe (``probe_sync``): ``sync/...``
+        figures, each reported for the worst rank (``worst_rank``)."""
+        return await sync_weights(self, module) | await probe_sync(self, module, self._probe, self._before)
 
     async def sleep(self) -> None:
         """Before the trainer's update: vLLM's sleep level 1 moves the weights to CPU memory and frees the KV
@@ -435,6 +451,18 @@ async def push_weights_to_vllm(engine, model, *, chunk_bytes: int = 256 << 20,
 #: the weight-sync figures, reported for the worst rank: +1 the largest, -1 the smallest
 SYNC_WORST = {"sync/max_logprob_diff": 1, "sync/mean_logprob_diff": 1, "sync/trainer_shift": 1,
               "sync/shift_ratio": -1}
+
+
+def worst_rank(sync: dict[str, float | None]) -> dict[str, float]:
+    """The weight-sync figures of the worst rank, as ``SYNC_WORST`` orders them; a rank without one (None) takes
+    no part. A collective per figure: every rank calls it with the same keys."""
+    out = {}
+    for k, v in sync.items():
+        sign = SYNC_WORST[k]
+        worst = sign * trainlib.all_reduce_fmax(sign * v if v is not None else -math.inf)
+        if math.isfinite(worst):
+            out[k] = worst
+    return out
 
 
 def probe_sample(samples: Sequence[Any], backend) -> Any:

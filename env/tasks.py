@@ -18,7 +18,7 @@ from .sandbox import host_entry
 
 
 #: MiniWoB episode seeds (one seed = one page), in four disjoint ranges so that no two uses share a page:
-#: demonstrations (experts.py), RL rollouts (train_mgrpo.py, which wraps around inside its range whatever
+#: demonstrations (demos.py), RL rollouts (train_mgrpo.py, which wraps around inside its range whatever
 #: --seed and the run's length say), validation pages for choosing settings (eval.py --seed-start 500000)
 #: and the held-out test pages (eval.py's default).
 DEMO_SEEDS = range(0, 100_000)

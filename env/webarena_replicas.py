@@ -192,6 +192,13 @@ class SitePool:
         out, self.stats = self.stats, {k: 0 if k != "wait_s" else 0.0 for k in self.stats}
         return out
 
+    def step_stats(self) -> dict[str, float]:
+        """``take_stats`` as an RL step's metrics: ``rollout/lease_wait_s`` (the mean wait for a lease) and
+        ``rollout/replica_resets``."""
+        taken = self.take_stats()
+        return {"rollout/lease_wait_s": taken["wait_s"] / max(taken["leases"], 1),
+                "rollout/replica_resets": float(taken["resets"])}
+
     @contextlib.asynccontextmanager
     async def lease(self, task: Task, writes: bool) -> AsyncIterator[Task]:
         writes = writes or self.exclusive

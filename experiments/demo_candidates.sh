@@ -28,7 +28,7 @@ EOF
 echo "candidates: $CANDIDATES"
 
 stage "1/3 expert demonstrations: $EPISODES per candidate"
-$PY experts.py --tasks "$CANDIDATES" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
+$PY demos.py --tasks "$CANDIDATES" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
 DEMOS=$(wc -l < "$OUT/demos.jsonl")
 STEPS=$(( (150 * DEMOS + 80) / 160 ))
 

@@ -4,7 +4,7 @@
 # demo's budget, on make demo's 8 tasks with make demo's recipes.
 #
 # The plan, fixed (committed) before any run of this script:
-#  1. Data: experts.py's clean demonstrations, N = 20, 40, 80, 160 per task (env.DEMO_SEEDS 0..N-1, so each set
+#  1. Data: demos.py's clean demonstrations, N = 20, 40, 80, 160 per task (env.DEMO_SEEDS 0..N-1, so each set
 #     holds the smaller ones; 20 is make demo's data).
 #  2. BC of each N by make demo's recipe (from the pretrained base, lr 1e-3, batch 16, 5% warm-up, cosine),
 #     trained to convergence by the rule that set make demo's 300 steps (docs/history.md, "BC at 300 steps is
@@ -70,7 +70,7 @@ bc_stage() {
   local n s verdict
   for n in "${@:-${NS[@]}}"; do
     [ -s "$OUT/n$n/demos.jsonl" ] || { stage "demonstrations: $n per task"; mkdir -p "$OUT/n$n"
-      $PY experts.py --tasks "$TASKS" --episodes "$n" --out "$OUT/n$n/demos.jsonl"; }
+      $PY demos.py --tasks "$TASKS" --episodes "$n" --out "$OUT/n$n/demos.jsonl"; }
     [ -s "$OUT/n$n/chosen" ] && continue
     s=300
     while :; do

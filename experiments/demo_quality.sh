@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where RL beats BC in the miniature (issue 57, item 2): BC on demonstrations with a demonstrator's
-# imperfections (experts.py --mistakes / --detours, experts.Quality) against BC on clean ones, and M-GRPO from the
+# imperfections (demos.py --mistakes / --detours, demos.Quality) against BC on clean ones, and M-GRPO from the
 # imperfect BC, on make demo's 8 tasks with make demo's recipe and budget.
 #
 # The plan, fixed (committed) before any run of this script was evaluated:
@@ -55,7 +55,7 @@ bc_stage() {
     [ -s "$OUT/$q/demos.jsonl" ] || { stage "demonstrations: $q (${QUALITY[$q]:-clean})"
       mkdir -p "$OUT/$q"
       # shellcheck disable=SC2086  # the quality flags split into words
-      $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/$q/demos.jsonl" ${QUALITY[$q]}; }
+      $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/$q/demos.jsonl" ${QUALITY[$q]}; }
     [ -s "$OUT/$q/bc/hf/config.json" ] || { stage "BC 300 on $q (unfiltered)"
       bc "$OUT/$q/demos.jsonl" "$OUT/$q/bc" 300 short "$BASE" 1e-3 --no-only-successes; }
     if twin "$q" && [ ! -s "$OUT/$q-f/bc/hf/config.json" ]; then stage "BC 300 on $q, successes only"

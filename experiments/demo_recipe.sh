@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo's M-GRPO recipe in every seed (issue 68, item 3): from BC on a demonstrator's unfiltered log (20
-# demonstrations per task from experts.py --mistakes 0.5, cloned as logged: make demo's data since issue 68), with
+# demonstrations per task from demos.py --mistakes 0.5, cloned as logged: make demo's data since issue 68), with
 # seeded, batch-invariant rollouts (issue 67), so that a seed is one run and a difference between seeds is the seed's.
 #
 # The plan, fixed (committed) before any run of this script:
@@ -46,7 +46,7 @@ mkdir -p "$OUT"
 
 bc_stage() {
   [ -s "$OUT/demos.jsonl" ] || { stage "demonstrations: 20 per task, --mistakes 0.5 (the unfiltered log)"
-    $PY experts.py --tasks "$TASKS" --episodes 20 --mistakes 0.5 --out "$OUT/demos.jsonl"; }
+    $PY demos.py --tasks "$TASKS" --episodes 20 --mistakes 0.5 --out "$OUT/demos.jsonl"; }
   [ -s "$OUT/bc/hf/config.json" ] || { stage "BC 300 on the log, unfiltered"
     bc "$OUT/demos.jsonl" "$OUT/bc" 300 short "$BASE" 1e-3 --no-only-successes; }
   [ -s "$OUT/bc-f/hf/config.json" ] || { stage "BC 300 on the log, successes only"

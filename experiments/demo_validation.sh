@@ -19,7 +19,7 @@ B=4; G=4; RL_STEPS=48; NEW=64
 mkdir -p "$OUT"
 
 [ -s "$OUT/demos.jsonl" ] || { stage "expert demonstrations: 20 per task of $TASKS"
-  $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"; }
+  $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"; }
 [ -d "$OUT/bc/hf" ] || { stage "BC of $BASE: 150 steps at lr 1e-3"; bc "$OUT/demos.jsonl" "$OUT/bc" 150 short "$BASE" 1e-3; }
 [ -d "$OUT/$RL_NAME/hf" ] || { stage "M-GRPO from the 150-step BC: $RL_STEPS steps of $B x G=$G ${VAL_RL_ARGS:-}"
   rl "$OUT/bc/hf" "$OUT/$RL_NAME" "$RL_STEPS" "$NEW" ${VAL_RL_ARGS:-}; }

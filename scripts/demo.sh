@@ -51,8 +51,8 @@ RL_STEPS=${DEMO_RL_STEPS:-$RL_STEPS}; B=${DEMO_B:-$B}; G=${DEMO_G:-$G}
 BC_LR=${DEMO_BC_LR:-1e-3}
 mkdir -p "$OUT"
 
-stage "1/4 expert demonstrations: $EPISODES episodes per task (experts.py)"
-$PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
+stage "1/4 expert demonstrations: $EPISODES episodes per task (demos.py)"
+$PY demos.py --tasks "$TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
 
 stage "2/4 behavior cloning of $INIT: $BC_STEPS steps at lr $BC_LR (train_bc.py, Eq. 1)"
 bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short "$INIT" "$BC_LR"

@@ -105,7 +105,7 @@ valid_table() {
 # SAVE_EVERY steps), each of its CKPTS evaluated, then one table of every run evaluated so far, in NAMES order
 valid_runs() {
   [ -s "$BC/config.json" ] || { stage "expert demonstrations and BC 300 (make demo's recipe)"
-    $PY experts.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"
+    $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"
     bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
   valid_eval "$OUT/evals" bc300 "$BC"
   local name s reuse="$OUT/evals/bc300"

@@ -7,13 +7,13 @@
 #
 #   tts     test-time scaling (Fig. 5): untrained, BC and BC + M-GRPO of `make demo` at 2, 4, 6, 8, 12 interactions
 #   plain   thinking vs plain format (Table 3): BC on the same demonstrations written without <think>
-#   cot     R1-CoT (Sec. 3.4): BC on long-thought demonstrations (experts.py --thoughts long), then M-GRPO
+#   cot     R1-CoT (Sec. 3.4): BC on long-thought demonstrations (demos.py --thoughts long), then M-GRPO
 #   zero    R1-Zero: M-GRPO from the untrained model with the demo's RL budget
 #   r1zero  R1-Zero in `make demo` itself: M-GRPO from the pretrained base on make demo's 8 tasks with its RL
 #           budget and settings (RL_DEMO_* of demo_common.sh), evaluated beside the base on its held-out seeds
 #           (runs/demo's BC + M-GRPO is the row to compare with; this stage left make demo to keep it in 45 min)
 #   quality where RL lifts BC (issue 57, kind a): BC of $BASE on make demo's tasks from demonstrations in which
-#           half the episodes carry a failing mistake (experts.py --mistakes 0.5, cloned unfiltered), then M-GRPO
+#           half the episodes carry a failing mistake (demos.py --mistakes 0.5, cloned unfiltered), then M-GRPO
 #           from it with make demo's budget and flags (--seed QUALITY_SEED, default 0), both evaluated on make
 #           demo's held-out pages at its decoding; make demo's own evaluation (MAIN_EVAL, default runs/demo/eval)
 #           joins the table when it is there, so the clean BC is paired with both. 36 minutes. The filtered twin,
@@ -69,13 +69,13 @@ for s in $STAGES; do
       --prompt short --max-new-tokens "$NEW" --max-steps "$TTS_STEPS" --out "$OUT/tts" ;;
   plain)
     stage "thinking vs plain: BC on plain-format demonstrations (same pages), evaluated beside the demo's BC"
-    $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --prompt short_plain --out "$OUT/plain/demos.jsonl"
+    $PY demos.py --tasks "$TASKS" --episodes "$EPISODES" --prompt short_plain --out "$OUT/plain/demos.jsonl"
     bc "$OUT/plain/demos.jsonl" "$OUT/plain/bc" "$BC_STEPS" short_plain
     $PY eval.py --temperature 0 --model "bc-plain=$OUT/plain/bc/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short_plain \
       --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/plain/eval" ;;
   cot)
     stage "R1-CoT: BC on long-thought demonstrations (same pages), then M-GRPO with the demo's budget"
-    $PY experts.py --tasks "$TASKS" --episodes "$EPISODES" --thoughts long --out "$OUT/cot/demos.jsonl"
+    $PY demos.py --tasks "$TASKS" --episodes "$EPISODES" --thoughts long --out "$OUT/cot/demos.jsonl"
     bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc" "$BC_STEPS" short
     rl "$OUT/cot/bc/hf" "$OUT/cot/rl" "$RL_STEPS" "$COT_NEW"
     $PY eval.py --temperature 0 --model "bc-cot=$OUT/cot/bc/hf,rl-cot=$OUT/cot/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
@@ -93,7 +93,7 @@ for s in $STAGES; do
       --prompt short --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/r1zero/eval" ;;
   quality)
     stage "where RL lifts BC: BC on demonstrations with failing mistakes (--mistakes 0.5), then M-GRPO, seed $QUALITY_SEED"
-    $PY experts.py --tasks "$Q_TASKS" --episodes "$Q_EPISODES" --mistakes 0.5 --out "$OUT/quality/demos.jsonl"
+    $PY demos.py --tasks "$Q_TASKS" --episodes "$Q_EPISODES" --mistakes 0.5 --out "$OUT/quality/demos.jsonl"
     bc "$OUT/quality/demos.jsonl" "$OUT/quality/bc" "$Q_BC_STEPS" short "$BASE" 1e-3 --no-only-successes
     # shellcheck disable=SC2086  # the flags split into words
     TASKS=$Q_TASKS B=$MAIN_B G=$MAIN_G TURNS=$Q_TURNS rl "$OUT/quality/bc/hf" "$OUT/quality/rl" "$MAIN_STEPS" "$Q_NEW" $MAIN_FLAGS \

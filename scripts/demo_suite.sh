@@ -46,9 +46,9 @@ if [ "$SIZE" = smoke ]; then TURNS=3; NEW=48; fi   # the smoke's barely trained 
 mkdir -p "$OUT"
 
 stage "1/4 expert demonstrations: $EPISODES episodes each of $DEMO_TASKS, $OUT_DEMOS of stop-newsletter@out"
-$PY experts.py --tasks "$DEMO_TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
+$PY demos.py --tasks "$DEMO_TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
 if [ "$OUT_DEMOS" -gt 0 ]; then        # other seeds than the logged-in ones
-  $PY experts.py --tasks suite:stop-newsletter@out --episodes "$OUT_DEMOS" --seed-offset 500 --out "$OUT/demos_out.jsonl"
+  $PY demos.py --tasks suite:stop-newsletter@out --episodes "$OUT_DEMOS" --seed-offset 500 --out "$OUT/demos_out.jsonl"
   cat "$OUT/demos_out.jsonl" >> "$OUT/demos.jsonl"
 fi
 got=$(wc -l < "$OUT/demos.jsonl"); want=$(( 2 * EPISODES + OUT_DEMOS ))

@@ -431,7 +431,7 @@ def test_browser_servers_spread_contexts_run_episodes_and_heal_a_lost_connection
 
 
 def test_experts_write_demonstrations_through_a_browser_server(tmp_path):
-    """experts.py --browser-endpoint: the scripted demonstrations run in the server's browser."""
+    """demos.py --browser-endpoint: the scripted demonstrations run in the server's browser."""
     import subprocess
     import sys
     from conftest import start_browser_server, stop_browser_server
@@ -443,7 +443,7 @@ def test_experts_write_demonstrations_through_a_browser_server(tmp_path):
     server, endpoint = start_browser_server()
     try:
         out = tmp_path / "demos.jsonl"
-        proc = subprocess.run([sys.executable, "experts.py", "--tasks", "miniwob:click-button", "--episodes", "2",
+        proc = subprocess.run([sys.executable, "demos.py", "--tasks", "miniwob:click-button", "--episodes", "2",
                                "--browser-endpoint", endpoint, "--out", str(out)], cwd=Path(__file__).parents[1],
                               env=environ, capture_output=True, text=True, timeout=300)
     finally:

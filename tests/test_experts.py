@@ -3,7 +3,7 @@
 - every covered task is solved on held-out seeds (EVAL_SEEDS, never used for demonstrations), all tasks
   in ONE BrowserPool with several contexts in parallel, and every recorded step is in the policy's format
   (a response env.parse_action reads, naming an element of the observation it was taken on);
-- the CLI writes exactly the trajectory schema train_bc.py reads (here with --prompt plain), and only
+- demos.py's CLI writes exactly the trajectory schema train_bc.py reads (here with --prompt plain), and only
   successful episodes (a deliberately broken solver fails on some seeds, and those seeds are missing).
 
 Run: .venv/bin/python -m pytest -q tests/test_experts.py
@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 
 import pytest
 
+import compress
+import demos
 import env
 import experts
+import trainlib
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,15 +61,15 @@ def check_record(rec: dict, prompt: str = "thinking") -> None:
 def test_registry_and_seed_ranges():
     assert len(experts.EXPERTS) >= 20
     assert len(experts.MULTI_STEP) >= 6 and experts.MULTI_STEP <= set(experts.EXPERTS)
-    train, evals = experts.SPLITS["train"], experts.SPLITS["eval"]
+    train, evals = demos.SPLITS["train"], demos.SPLITS["eval"]
     assert train.stop <= evals.start, "train and eval seed ranges must be disjoint"
     assert all(s in evals for s in TEST_SEEDS)
 
 
 def test_every_task_solved_on_heldout_seeds():
-    tasks = experts.expand_tasks("experts")
+    tasks = demos.expand_tasks("experts")
     assert len(tasks) == len(experts.EXPERTS)
-    results = asyncio.run(experts.generate(tasks, TEST_SEEDS, concurrency=6, progress=False))
+    results = asyncio.run(demos.generate(tasks, TEST_SEEDS, concurrency=6, progress=False))
     assert len(results) == len(tasks) * len(TEST_SEEDS)
     failed = [(rec["task"], rec["seed"], reason) for rec, reason in results if reason is not None]
     assert not failed, f"expert failures (task, seed, reason): {failed}"
@@ -97,9 +101,9 @@ def test_cli_writes_schema_and_only_successes(tmp_path, monkeypatch):
     out, failures = tmp_path / "demos.jsonl", tmp_path / "failed.jsonl"
     monkeypatch.setattr(experts, "EXPERTS_ORIGINAL", dict(experts.EXPERTS), raising=False)
     monkeypatch.setitem(experts.EXPERTS, "click-button", _wrong_on_odd_seeds)
-    rc = experts.main(["--tasks", "miniwob:click-button,login-user", "--episodes", "4", "--split", "eval",
-                       "--out", str(out), "--failures", str(failures), "--prompt", "plain",
-                       "--concurrency", "4", "--no-progress"])
+    rc = demos.main(trainlib.parse_args(demos.Args, [
+        "--tasks", "miniwob:click-button,login-user", "--episodes", "4", "--split", "eval", "--out", str(out),
+        "--failures", str(failures), "--prompt", "plain", "--concurrency", "4", "--no-progress"]))
     assert rc == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     for rec in recs:
@@ -117,10 +121,10 @@ def test_cli_writes_schema_and_only_successes(tmp_path, monkeypatch):
 
 def test_unknown_task_is_refused():
     with pytest.raises(SystemExit, match="no expert"):
-        experts.expand_tasks("miniwob:drag-box")
+        demos.expand_tasks("miniwob:drag-box")
 
 
-# ---- imperfect demonstrators (experts.Quality): mistakes that fail, detours that do not ----
+# ---- imperfect demonstrators (demos.py): mistakes that fail, detours that do not ----
 
 def test_imperfect_demonstrators_fail_by_mistake_and_succeed_with_detours():
     """login-user's clean demonstration is Type, Type, Click. With every episode a mistake, each replayed
@@ -129,8 +133,8 @@ def test_imperfect_demonstrators_fail_by_mistake_and_succeed_with_detours():
     steps). Every step is in the policy's format and names an element of the observation it was taken on."""
     tasks = env.load_tasks("miniwob:login-user")
     seeds = [env.EVAL_SEEDS.start + 7_100 + i for i in range(6)]
-    clean = {rec["seed"]: rec for rec, _ in asyncio.run(experts.generate(tasks, seeds, 3, progress=False))}
-    wrong = asyncio.run(experts.generate(tasks, seeds, 3, progress=False, quality=experts.Quality(mistake=1.0)))
+    clean = {rec["seed"]: rec for rec, _ in asyncio.run(demos.generate(tasks, seeds, 3, progress=False))}
+    wrong = asyncio.run(demos.generate(tasks, seeds, 3, progress=False, quality=demos.Quality(mistake=1.0)))
     assert {rec["imperfection"] for rec, _ in wrong} == {"wrong-element", "early-submit"}   # (both, on 6 seeds)
     for rec, reason in wrong:
         assert rec["reward"] == 0.0 and reason, (rec["seed"], reason)
@@ -144,7 +148,7 @@ def test_imperfect_demonstrators_fail_by_mistake_and_succeed_with_detours():
         for step in rec["steps"]:
             action = env.parse_action(step["response"])
             assert action.element is None or f'id="{action.element}"' in step["observation"]
-    detours = asyncio.run(experts.generate(tasks, seeds, 3, progress=False, quality=experts.Quality(detour=1.0)))
+    detours = asyncio.run(demos.generate(tasks, seeds, 3, progress=False, quality=demos.Quality(detour=1.0)))
     for rec, reason in detours:
         assert reason is None and rec.pop("imperfection") == "detour"
         check_record(rec)
@@ -156,11 +160,40 @@ def test_imperfect_demonstrators_fail_by_mistake_and_succeed_with_detours():
 def test_imperfect_rates_are_fixed_per_episode_and_checked():
     """Quality.draw is a function of the episode (the same flags write the same data), its rates hold over many
     episodes, and the CLI refuses rates that are not fractions of episodes."""
-    q = experts.Quality(mistake=0.2, detour=0.3)
+    q = demos.Quality(mistake=0.2, detour=0.3)
     kinds = [q.draw(f"miniwob/login-user/{s}")[0] for s in range(4000)]
     assert kinds == [q.draw(f"miniwob/login-user/{s}")[0] for s in range(4000)]
     mistakes = sum(k in ("wrong-element", "early-submit") for k in kinds) / len(kinds)
     assert abs(mistakes - 0.2) < 0.03 and abs(kinds.count("detour") / len(kinds) - 0.3) < 0.03
-    assert experts.Quality().draw("miniwob/login-user/1")[0] is None
+    assert demos.Quality().draw("miniwob/login-user/1")[0] is None
     with pytest.raises(SystemExit, match="fractions of episodes"):
-        experts.main(["--tasks", "miniwob:login-user", "--episodes", "1", "--mistakes", "0.7", "--detours", "0.5"])
+        demos.main(trainlib.parse_args(demos.Args, ["--tasks", "miniwob:login-user", "--episodes", "1",
+                                                    "--mistakes", "0.7", "--detours", "0.5"]))
+
+
+def test_imperfect_replay_plans_without_a_browser():
+    """demos.plan_replay on a clean login-user demonstration (Type, Type, Click): None sends it unchanged;
+    "detour" puts a Scroll Down and a Scroll Up (refusals allowed) before one step, not always the same; "early-submit"
+    keeps a prefix of the first two steps, then the Click; "wrong-element" turns the Click into a wrong move, which
+    wrong_element sends to the other button of the observation (same kind), not to a text field."""
+    actions = [env.Action("Type", element=1, argument="ann"), env.Action("Type", element=3, argument="pw"),
+               env.Action("Click", element=2)]
+    responses = [compress.format_response("# Element: a field or the button", env.format_action(a)) for a in actions]
+    obs = ('<html> <button id="0"> Cancel </button> <input id="1" type="text"> <button id="2"> Login </button> '
+           '<input id="3" type="password"> </html>')
+    assert demos.plan_replay(responses, None, random.Random(0)) == [demos.Move(response=r) for r in responses]
+    detours, prefixes = set(), set()
+    for seed in range(20):
+        detour = demos.plan_replay(responses, "detour", random.Random(seed))
+        assert [m.response for m in detour if m.response] == responses and len(detour) == 5
+        scrolls = [(m.action.name, m.refused_ok) for m in detour if m.action]
+        assert scrolls == [("Scroll Down", True), ("Scroll Up", True)]
+        detours.add(next(j for j, m in enumerate(detour) if m.action))
+        early = [m.response for m in demos.plan_replay(responses, "early-submit", random.Random(seed))]
+        assert early[-1] == responses[-1] and early[:-1] == responses[:len(early) - 1] and len(early) < 3
+        prefixes.add(len(early))
+        wrong = demos.plan_replay(responses, "wrong-element", random.Random(seed))
+        assert wrong[:2] == [demos.Move(response=r) for r in responses[:2]]
+        assert wrong[2:] == [demos.Move(action=actions[2], wrong=True)]
+        assert demos.wrong_element(obs, actions[2], random.Random(seed)) == env.Action("Click", element=0)
+    assert detours == {0, 1, 2} and prefixes == {1, 2}

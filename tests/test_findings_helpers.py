@@ -1,5 +1,5 @@
 """Helpers for the paper's other findings in miniature:
-- R1-CoT: experts.py --thoughts long (experts.long_thought: a reasoning paragraph built from the intent and
+- R1-CoT: demos.py --thoughts long (bc_data.long_thought: a reasoning paragraph built from the intent and
   the observation only, ending with the short "# Element: ..." line; the action is unchanged), unit tests on
   a fixed observation, Demo's plumbing on a fake env (both prompt formats), and one real-Chromium CLI run;
 - readable training dynamics: trainlib.moving_average / plot_metrics(smooth=...) (a "/*" panel draws one
@@ -16,7 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
+import bc_data
 import compress
+import demos
 import env
 import experts
 import trainlib
@@ -34,14 +36,14 @@ WHAT = "the 'Submit' button"
 # ---- R1-CoT: long thoughts ----
 
 def test_observed_elements_describes_each_numbered_element():
-    assert experts.observed_elements(OBS) == {
+    assert bc_data.observed_elements(OBS) == {
         0: 'button 0 "Ok"', 1: 'text field 1 (after "eget eget aliquet")', 2: 'button 2 "Submit"',
         3: 'text field 3 (after "enim aliquet sed:")', 4: 'checkbox 4 "xX"'}
 
 
 def test_long_thought_names_candidates_target_and_action():
-    described = experts.observed_elements(OBS)
-    thought = experts.long_thought(INTENT, OBS, CLICK, WHAT, key="miniwob/click-button/7/0")
+    described = bc_data.observed_elements(OBS)
+    thought = bc_data.long_thought(INTENT, OBS, CLICK, WHAT, key="miniwob/click-button/7/0")
     paragraph, last = thought.rsplit("\n", 1)
     assert last == f"# Element: {WHAT}" and "\n" not in paragraph
     assert 'Click on the "Submit" button' in paragraph                 # the goal, restated
@@ -54,18 +56,18 @@ def test_long_thought_names_candidates_target_and_action():
 
 
 def test_long_thought_is_deterministic_and_varies_with_the_key():
-    thoughts = [experts.long_thought(INTENT, OBS, CLICK, WHAT, key=f"miniwob/click-button/{seed}/0")
+    thoughts = [bc_data.long_thought(INTENT, OBS, CLICK, WHAT, key=f"miniwob/click-button/{seed}/0")
                 for seed in range(6)]
-    assert thoughts == [experts.long_thought(INTENT, OBS, CLICK, WHAT, key=f"miniwob/click-button/{seed}/0")
+    assert thoughts == [bc_data.long_thought(INTENT, OBS, CLICK, WHAT, key=f"miniwob/click-button/{seed}/0")
                         for seed in range(6)]
     assert len(set(thoughts)) > 1
 
 
 def test_long_thought_without_element():
-    scroll = experts.long_thought(INTENT, OBS, env.Action("Scroll Down"),
+    scroll = bc_data.long_thought(INTENT, OBS, env.Action("Scroll Down"),
                                   "none yet; the 'Next' link is further down, so scroll down", key="k")
     assert "the 'Next' link is further down" in scroll and scroll.split("\n")[0].endswith("scroll down.")
-    done = experts.long_thought("What is the price?", OBS, env.Action("exit", message="$3"),
+    done = bc_data.long_thought("What is the price?", OBS, env.Action("exit", message="$3"),
                                 "none; the price is shown, so the task is done", key="k")
     assert 'finish with the answer "$3".' in done and "element None" not in done
 
@@ -93,7 +95,7 @@ def test_demo_act_long_and_short_thoughts(prompt):
         assert demo.steps[0]["response"] == fake.responses[0]
     assert responses["short"] == compress.format_response(f"# Element: {WHAT}", env.format_action(CLICK), prompt=prompt)
     assert env.parse_action(responses["long"]) == CLICK                  # the action is unchanged
-    expected = experts.long_thought(INTENT, OBS, CLICK, WHAT, key="miniwob/click-button/7/0")   # key + step 0
+    expected = bc_data.long_thought(INTENT, OBS, CLICK, WHAT, key="miniwob/click-button/7/0")   # key + step 0
     if prompt == "plain":                      # the plain format's thought is "#" comment lines
         expected = "# " + expected
     assert compress.parse_response(responses["long"]).thought == expected
@@ -105,8 +107,9 @@ def test_cli_long_thoughts_on_click_button(tmp_path):
     """Real Chromium: two click-button episodes with --thoughts long; every episode succeeds and every
     response is one parseable action after a long thought ending with the '# Element:' line."""
     out = tmp_path / "demos.jsonl"
-    rc = experts.main(["--tasks", "miniwob:click-button", "--episodes", "2", "--split", "eval", "--out", str(out),
-                       "--thoughts", "long", "--concurrency", "1", "--no-progress"])
+    rc = demos.main(trainlib.parse_args(demos.Args, [
+        "--tasks", "miniwob:click-button", "--episodes", "2", "--split", "eval", "--out", str(out),
+        "--thoughts", "long", "--concurrency", "1", "--no-progress"]))
     assert rc == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == 2 and all(r["reward"] == 1.0 for r in recs)

@@ -233,30 +233,30 @@ def _group(g: int, task_id: str, rewards: list[float], env_error: int = -1) -> l
 
 
 def _fake_roller(rewards_per_round: list[list[list[float]]]):
-    """roll() of a step whose k-th round gives groups with the given rewards; records the calls."""
+    """next_round() of a step whose k-th round gives groups with the given rewards; records the calls."""
     calls = []
+    tasks = _tasks(2)
 
-    async def roll(tasks, first):
+    async def next_round(n, first):
         k = len(calls)
-        calls.append((len(tasks), first))
-        return [t for g, r in enumerate(rewards_per_round[k]) for t in _group(first + g, tasks[g].task_id, r)]
-    return roll, calls
+        calls.append((n, first))
+        drawn = step_tasks(tasks, 0, n, 0)
+        return [t for g, r in enumerate(rewards_per_round[k]) for t in _group(first + g, drawn[g].task_id, r)]
+    return next_round, calls
 
 
 def test_dynamic_sampling_rolls_until_a_round_worth_of_groups_has_signal():
-    tasks = _tasks(2)
-    draw = lambda n: step_tasks(tasks, 0, n, 0)                          # noqa: E731
     flat, mixed = [1.0, 1.0], [1.0, 0.0]
     roll, calls = _fake_roller([[flat, flat], [mixed, flat], [flat, mixed], [mixed, mixed]])
-    trajs, rounds, informative = asyncio.run(sample_groups(roll, draw, 2, max_rounds=4))
+    trajs, rounds, informative = asyncio.run(sample_groups(roll, 2, max_rounds=4))
     assert (rounds, informative) == (3, 2) and calls == [(2, 0), (2, 2), (2, 4)]   # new group ids per round
     batch = mgrpo_batch(trajs)
     assert batch.groups == 2 and batch.zero_std == [True, True, False, True, True, False]
 
     roll, calls = _fake_roller([[flat, flat], [flat, flat]])
-    assert asyncio.run(sample_groups(roll, draw, 2, max_rounds=2))[1:] == (2, 0)   # the cap
+    assert asyncio.run(sample_groups(roll, 2, max_rounds=2))[1:] == (2, 0)   # the cap
     roll, calls = _fake_roller([[flat, flat]])
-    assert asyncio.run(sample_groups(roll, draw, 2, max_rounds=0))[1:] == (1, 0)   # off: one round
+    assert asyncio.run(sample_groups(roll, 2, max_rounds=0))[1:] == (1, 0)   # off: one round
 
     # several ranks decide together: this rank's groups all have signal, but the other 3 ranks' have none,
     # so every rank goes on rolling (one rank alone would stop after its first round)
@@ -265,7 +265,7 @@ def test_dynamic_sampling_rolls_until_a_round_worth_of_groups_has_signal():
     def reduce_sum(n):
         return next(answers, None) or n                                   # the other ranks add nothing
     roll, calls = _fake_roller([[mixed, mixed], [mixed, mixed]])
-    assert asyncio.run(sample_groups(roll, draw, 2, 2, reduce_sum=reduce_sum))[1:] == (2, 4)
+    assert asyncio.run(sample_groups(roll, 2, 2, reduce_sum=reduce_sum))[1:] == (2, 4)
 
 
 def test_linear_warmup():
@@ -322,12 +322,12 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
 
 def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():
     """Whatever --seed and however long the run (the cursor), a group's page is in env.RL_SEEDS: never a
-    page experts.py demonstrates (its --split train range), a validation page (eval.py --seed-start 500000 ..)
+    page demos.py demonstrates (its --split train range), a validation page (eval.py --seed-start 500000 ..)
     or a test page (env.EVAL_SEEDS). The first groups of a run once took seeds 0, 1, 2, ..., the very pages
     of the demonstrations BC had memorised."""
-    import experts
+    import demos
     tasks = _tasks(3)
-    demo = experts.SPLITS["train"]
+    demo = demos.SPLITS["train"]
     ranges = [demo, webenv.VALID_SEEDS, webenv.EVAL_SEEDS, webenv.RL_SEEDS]
     assert all(a.stop <= b.start or b.stop <= a.start for i, a in enumerate(ranges) for b in ranges[i + 1:])
     assert webenv.VALID_SEEDS.start == 500_000 and webenv.VALID_SEEDS.stop == webenv.EVAL_SEEDS.start
@@ -355,12 +355,12 @@ def test_rl_pages_fix_the_pages_each_task_is_drawn_from():
 
 @pytest.mark.parametrize("updates", [1, 2])
 def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
-    """train_mgrpo.update scores identical samples once (trainlib.merge_identical): the same first action of
+    """train_mgrpo.update scores identical samples once (merge_identical): the same first action of
     several trajectories on their shared start page. Eq. 2's loss and its gradient through a real model are the same
     as with every sample scored: with one update per batch (ratio 1) samples merge whatever their advantages;
     with several (ratio != 1 after the first), only samples with equal advantages merge."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from trainlib import merge_identical
+    from train_mgrpo import merge_identical
     from trainlib import forward_logprobs
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

@@ -728,14 +728,36 @@ def test_push_weights_gathers_zero3_params_in_buckets(tmp_path):
 
 # ---- factory ----
 
-def test_make_backend(tiny):
+def test_make_backend_builds_every_kind_and_aclose_releases_it(tiny, tmp_path):
+    """The one factory (train_mgrpo.py and eval.py build their backends with it; vLLM's kind: tests/test_vllm.py's
+    engine): "hf" from the trainer's module or from a checkpoint path, batch-invariant on the CPU when asked, its
+    ``aclose`` letting go of the weights; "openai" needs a server; an unknown kind is refused by name."""
     model, tok = tiny
-    assert isinstance(policy.make_backend("hf", model=model, tokenizer=tok), hf_backend.HFBackend)
-    assert isinstance(policy.make_backend("openai", base_url="http://x/v1", model="m"), policy.OpenAIBackend)
-    with pytest.raises(ValueError, match="unknown backend"):
-        policy.make_backend("tgi")
-    with pytest.raises(ValueError, match="vllm_backend.VLLMBackend"):     # vLLM's lives in its own module
-        policy.make_backend("vllm")
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    prompt = _prompts(tok, 1)[0]
+
+    async def go():
+        shared = policy.make_backend("hf", model, tok, max_new_tokens=4, temperature=0.0, batch_invariant=True,
+                                     num_threads=1)
+        loaded = policy.make_backend("hf", str(tmp_path), max_new_tokens=4, temperature=0.0)
+        a, b = await shared.generate(prompt), await loaded.generate(prompt)
+        modes = shared.invariance, loaded.invariance
+        await shared.aclose()
+        await loaded.aclose()
+        return a, b, modes, loaded
+    a, b, modes, loaded = asyncio.run(go())
+    assert a.ids == b.ids and len(a.ids) == 4          # the same weights decode the same tokens
+    assert modes[0] in ("fixed-shapes", "float64") and modes[1] == "off"
+    assert loaded.model is None and loaded.tokenizer is not None
+    assert next(model.parameters()).device.type == "cpu"   # the caller's module is untouched
+
+    served = policy.make_backend("openai", "m", base_url="http://127.0.0.1:9/v1", max_new_tokens=8)
+    assert isinstance(served, policy.OpenAIBackend) and served.max_new_tokens == 8
+    with pytest.raises(ValueError, match="base_url"):
+        policy.make_backend("openai", "m")
+    with pytest.raises(ValueError, match="unknown backend 'tgi'"):
+        policy.make_backend("tgi", model)
 
 
 def test_vllm_sleep_mode_rule():

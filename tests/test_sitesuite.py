@@ -4,7 +4,7 @@ WebArena rubrics, and the scripted experts of every family (experts.py).
 
 Run: .venv/bin/python -m pytest -q tests/test_sitesuite.py            (about a minute on an idle 2-core box)
      SITESUITE_EXPERTS_100=1 .venv/bin/python -m pytest -q tests/test_sitesuite.py   (+ every expert over 100
-     held-out seeds; the same check as python experts.py --tasks suite:all --episodes 100 --split eval)
+     held-out seeds; the same check as python demos.py --tasks suite:all --episodes 100 --split eval)
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import urllib.request
 
 import pytest
 
+import demos
 import env
 import experts
 from env import sitesuite, suite_site
@@ -227,7 +228,7 @@ def test_every_family_expert_succeeds_on_held_out_seeds(run, pool):
     steps = {r["task"]: len(r["steps"]) for r, _ in results}
     assert sum(n >= 3 for n in steps.values()) >= 4 and steps["suite/edit-profile@out"] >= steps["suite/edit-profile"] + 3
     assert steps["suite/stop-newsletter@out"] == steps["suite/stop-newsletter"] + 3 == 7   # log in first
-    # the records are experts.py's JSONL schema (train_bc.py reads them unchanged)
+    # the records are demos.py's JSONL schema (train_bc.py reads them unchanged)
     rec = results[0][0]
     assert set(rec) == {"task", "seed", "intent", "reward", "steps"} and rec["reward"] == 1.0
     assert set(rec["steps"][0]) == {"observation", "error", "url", "response"}
@@ -235,17 +236,17 @@ def test_every_family_expert_succeeds_on_held_out_seeds(run, pool):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("SITESUITE_EXPERTS_100"), reason="900 episodes (~10 min on 2 cores): "
-                    "set SITESUITE_EXPERTS_100=1, or run python experts.py --tasks suite:all --episodes 100 --split eval")
+                    "set SITESUITE_EXPERTS_100=1, or run python demos.py --tasks suite:all --episodes 100 --split eval")
 def test_experts_over_100_held_out_seeds():
-    """Every family's expert over 100 held-out seeds (experts.py's own runner): at least 95% each."""
+    """Every family's expert over 100 held-out seeds (demos.py's own runner): at least 95% each."""
     tasks = env.load_tasks("suite:all")
     seeds = [env.EVAL_SEEDS[i] for i in range(100)]
-    results = asyncio.run(experts.generate(tasks, seeds, 4, progress=False))
+    results = asyncio.run(demos.generate(tasks, seeds, 4, progress=False))
     rates = {}
     for rec, why in results:
         ok, n = rates.get(rec["task"], (0, 0))
         rates[rec["task"]] = (ok + (why is None), n + 1)
-    print(experts.success_table(results))
+    print(demos.success_table(results))
     assert all(ok >= 0.95 * n for ok, n in rates.values()), rates
 
 

@@ -1,5 +1,5 @@
 """train_bc.py, run as a user runs it (subprocesses, DeepSpeed on CPU with gloo, the tiny model, demonstrations
-recorded by experts.py in real Chromium): under ZeRO-0 and ZeRO-3 and through the two-process `deepspeed`
+recorded by demos.py in real Chromium): under ZeRO-0 and ZeRO-3 and through the two-process `deepspeed`
 launcher parameters change and the HF checkpoint reloads with policy.load and generates; --resume continues from
 the latest checkpoint, also after a SIGKILL at any point; overfitting one task's demonstrations drives
 action-token accuracy to >= 90% (Eq. 1 really trains)."""

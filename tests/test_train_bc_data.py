@@ -38,7 +38,7 @@ def test_trajectory_steps_compress_history():
 
 
 def test_failed_demonstrations_are_not_cloned_unless_asked():
-    """train_bc.py's default clones successes only; --no-only-successes (an unfiltered log, experts.py --mistakes)
+    """train_bc.py's default clones successes only; --no-only-successes (an unfiltered log, demos.py --mistakes)
     clones a failed trajectory's steps like any other's."""
     assert bc_data.records_to_steps([dict(TRAJ, reward=0.0)], prompt="short") == []
     every = bc_data.records_to_steps([dict(TRAJ, reward=0.0)], prompt="short", only_successes=False)

@@ -99,7 +99,7 @@ def test_bad_model_specs_say_what_to_give():
         policy.load("/no/such/checkpoint", device="cpu")
 
 
-@pytest.mark.parametrize("script", ["train_bc", "train_mgrpo", "eval", "experts"])
+@pytest.mark.parametrize("script", ["train_bc", "train_mgrpo", "eval", "demos"])
 def test_every_script_prints_its_help(script, capsys):
     """--help renders every field's docstring (argparse %-formats them: a literal % once crashed train_bc)."""
     import importlib

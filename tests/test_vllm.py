@@ -66,9 +66,9 @@ def _served(tmp_path_factory, spec: str, *, store_head: bool = False):
     return str(path), model, tok
 
 
-def _start(run, path: str, **kw) -> vllm_backend.VLLMBackend:
-    async def start():   # built inside the loop that will drive it
-        return vllm_backend.VLLMBackend(path, max_new_tokens=16, max_model_len=MAX_LEN, **kw)
+def _start(run, path: str) -> vllm_backend.VLLMBackend:
+    async def start():   # built inside the loop that will drive it, by the factory both scripts use
+        return policy.make_backend("vllm", path, max_new_tokens=16, max_context=MAX_LEN)
     return run(start(), timeout=300)
 
 

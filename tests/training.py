@@ -72,7 +72,7 @@ def mixed_demos(demos: Path, out: Path, wrong: int) -> Path:
 
 def record_demos(out: Path) -> Path:
     """16 expert demonstrations of click-button (one step each), recorded through the real env."""
-    run_script("experts.py", "--tasks", "miniwob:click-button", "--episodes", "16", "--out", str(out),
+    run_script("demos.py", "--tasks", "miniwob:click-button", "--episodes", "16", "--out", str(out),
                "--concurrency", "4", "--no-progress")
     assert len(out.read_text().splitlines()) == 16
     return out

@@ -221,7 +221,8 @@ def test_one_mgrpo_step_reads_on_a_few_screens():
 @pytest.mark.parametrize("walk", ["One M-GRPO step", "One evaluation"])
 def test_the_walks_in_the_docs_match_the_code(walk):
     """docs/training.md's "One M-GRPO step, function by function" and "One evaluation, ...": each row's line span
-    is that function's (or class's, or method's) span in the code today, and the stated total is their sum."""
+    is that function's (or class's, or method's) span in the code today, and the stated total is their sum, which
+    docs/implemented.md's layout section states too."""
     text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
     section = text.split(f"### {walk}, function by function", 1)[1].split("\n### ", 1)[0]
     rows = re.findall(r"^\| `([\w/.]+)` \| `([\w.]+)` \| (\d+)-(\d+) \| (\d+) \|$", section, re.MULTILINE)
@@ -235,4 +236,6 @@ def test_the_walks_in_the_docs_match_the_code(walk):
         assert (int(first), int(last), int(count)) == (start, node.end_lineno, node.end_lineno - start + 1), \
             (path, name, start, node.end_lineno)
     total = sum(int(r[4]) for r in rows)
-    assert f"{total} lines in {len({r[0] for r in rows})} files" in section.replace("\n", " ")
+    stated = f"{total} lines in {len({r[0] for r in rows})} files"
+    assert stated in section.replace("\n", " ")
+    assert stated in (ROOT / "docs" / "implemented.md").read_text(encoding="utf-8").replace("\n", " ")   # its layout

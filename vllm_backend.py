@@ -231,6 +231,9 @@ def detach_from_trainer(parent: int, own_session: bool = True) -> None:
             os._exit(1)
 
 
+# its source, read now: the file on disk may have changed by the time an engine starts (an edit, a checkout)
+_DETACH_SOURCE = inspect.getsource(detach_from_trainer)
+
 # while this process starts an engine: the pid its new processes belong to, and multiprocessing's executable
 _detaching: dict[str, Any] = {"parent": 0, "python": None, "own_session": False}
 
@@ -250,7 +253,7 @@ def _spawn_wrapper() -> str:
     """An executable for ``multiprocessing`` to spawn children with: it runs ``detach_from_trainer`` and then
     becomes this interpreter with the arguments multiprocessing gave (the pid travels in an environment
     variable the engine's own children do not inherit)."""
-    code = "\n".join([inspect.getsource(detach_from_trainer), "import os, sys",
+    code = "\n".join([_DETACH_SOURCE, "import os, sys",
                       "detach_from_trainer(int(os.environ.pop('WEBAGENT_ENGINE_PARENT')),"
                       " os.environ.pop('WEBAGENT_ENGINE_SESSION', '0') == '1')",
                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"])

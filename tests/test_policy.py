@@ -760,6 +760,27 @@ def test_make_backend_builds_every_kind_and_aclose_releases_it(tiny, tmp_path):
         policy.make_backend("tgi", model)
 
 
+def test_engine_processes_detach_with_the_source_read_at_import(monkeypatch):
+    """The spawn wrapper runs ``detach_from_trainer``'s source in each new engine process. It is the source read
+    when vllm_backend was imported, not the file on disk when an engine starts: an edit or a checkout during a
+    long run (its lines shifted) once made the engine's processes die of a NameError."""
+    import linecache
+
+    import vllm_backend
+    path = vllm_backend.__file__
+    shifted = ["# a line added since the import\n"] * 7 + linecache.getlines(path)
+    monkeypatch.setattr(linecache, "getlines", lambda name, *a: shifted if name == path else [])
+    monkeypatch.setattr(linecache, "checkcache", lambda *a: None)
+    wrapper = vllm_backend._spawn_wrapper()
+    try:
+        with open(wrapper) as f:
+            script = f.read()
+    finally:
+        os.unlink(wrapper)
+    assert "def detach_from_trainer(parent: int, own_session: bool = True) -> None:" in script
+    assert "os.setsid()" in script and "PR_SET_PDEATHSIG" in script
+
+
 def test_vllm_sleep_mode_rule():
     """CUDA only (vLLM refuses sleep mode on other platforms, so this is a rule-level check; the real CPU
     engine's no-op is in tests/test_vllm.py): with sleep mode the engine is started with enable_sleep_mode,

@@ -77,8 +77,8 @@ rl_stage() {
 # table_stage SPLIT: every model evaluated on SPLIT (valid; test: the held-out pages) so far, BC first (the paired
 # differences are against it), then its filtered twin, then each recipe's seeds
 table_stage() {
-  local r s reuse="$OUT/$1/bc" pages=$VALID start=500000
-  [ "$1" = valid ] || { pages=$TEST; start=""; }
+  local r s reuse="$OUT/$1/bc" pages=$VALID first=500000   # (not "start": stage's clock)
+  [ "$1" = valid ] || { pages=$TEST; first=""; }
   [ -s "$OUT/$1/bc-f/results.json" ] && reuse="$reuse,$OUT/$1/bc-f"
   for r in "${ORDER[@]}"; do
     for s in 0 1 2 3 4; do
@@ -86,8 +86,8 @@ table_stage() {
     done
   done
   stage "one table of the $1 runs"
-  # shellcheck disable=SC2086  # start: no word, or one
-  paper_table "$reuse" "$OUT/$1/table" "$pages" $start
+  # shellcheck disable=SC2086  # first: no word, or one
+  paper_table "$reuse" "$OUT/$1/table" "$pages" $first
 }
 
 # test_stage RECIPE: rule 7, once

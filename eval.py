@@ -315,7 +315,7 @@ def backend_for(args: Args, path: str, shared_tokenizer=None):
         args.backend, args.api_model or path if args.backend == "openai" else path, shared_tokenizer,
         max_new_tokens=ep.max_new_tokens, temperature=ep.temperature, top_p=ep.top_p, seed=args.seed,
         max_context=ep.max_context, batch_invariant=ep.batch_invariant, max_batch_size=max(1, args.concurrency),
-        num_threads=args.torch_threads or (1 if policy.decide_device()[0].type == "cpu" else None),
+        num_threads=args.torch_threads or 1,   # (the factory applies it on a CPU only)
         chat_template=args.chat_template or None, gpu_memory=args.vllm_gpu_memory, base_url=args.base_url,
         timeout_s=args.request_timeout)
 

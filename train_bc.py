@@ -67,7 +67,11 @@ class Args:
     batch_size: int = 128
     """effective batch in samples = micro_batch x grad_accum x world size (paper: 128)"""
     micro_batch: int = 4
-    """samples per forward pass per process"""
+    """samples per process whose action tokens one loss averages over (Eq. 1's mean, one gradient)"""
+    forward_batch: int = 0
+    """samples per forward/backward pass within a micro-batch, sorted by length first (0: the whole micro-batch,
+    right-padded); the gradient is the micro-batch's either way. On a CPU 1 is fastest: no padding, no mask
+    (x2.2 on make demo's BC: bench/bench_bc.py)"""
     epochs: float = 3.0
     """passes over the data (fractional allowed); ignored when max_steps > 0"""
     max_steps: int = 0
@@ -174,25 +178,40 @@ def micro_batch(samples: list[Sample], index: int, size: int, world: int, rank: 
 
 # ---- training ----
 
-def bc_step(engine, batches: list[list[Sample]], pad_id: int) -> dict[str, float]:
+def pieces(batch: list[Sample], size: int) -> list[list[Sample]]:
+    """``batch`` sorted by length and cut into runs of ``size`` samples (0: the batch as it is, one piece)."""
+    if size <= 0 or size >= len(batch):
+        return [batch]
+    order = sorted(batch, key=lambda s: len(s[0]))
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def bc_step(engine, batches: list[list[Sample]], pad_id: int, forward_batch: int = 0) -> dict[str, float]:
     """One optimizer step of Eq. 1 over ``batches`` (the step's micro-batches): the negative log-likelihood of the
     action tokens only, averaged over a micro-batch's action tokens (scored only there: no full-vocabulary logits
-    for the prompt tokens)."""
+    for the prompt tokens), the micro-batches' losses averaged. Each micro-batch runs in ``pieces`` of
+    ``forward_batch`` samples whose summed log-likelihoods, divided by the micro-batch's action tokens, add up to
+    its loss (and their gradients to its gradient)."""
     loss_sum = acc_sum = tok_sum = 0.0
     gn = -1.0
-    for batch in batches:
-        ids, attn, loss_mask = trainlib.pad_batch(*zip(*batch), pad_id=pad_id)
-        ids, attn, loss_mask = ids.to(engine.device), attn.to(engine.device), loss_mask.to(engine.device)
-        logp, _, top1 = trainlib.action_logprobs(engine, ids, attn, loss_mask)                # [B, L] each
-        m = loss_mask[:, 1:]                                                                  # [B, L-1]
-        loss = -(logp[:, 1:] * m).sum() / m.sum().clamp(min=1)
-        engine.backward(loss)
-        gn = trainlib.grad_norm(engine) if engine.is_gradient_accumulation_boundary() else -1.0
-        engine.step()
-        with torch.no_grad():
-            acc_sum += float((top1[:, 1:] * m).sum())
-            tok_sum += float(m.sum())
-            loss_sum += float(loss)
+    for k, batch in enumerate(batches):
+        tokens = max(sum(sum(mask[1:]) for _, mask in batch), 1)     # the micro-batch's action tokens (shifted)
+        parts = pieces(batch, forward_batch)
+        for j, piece in enumerate(parts):
+            ids, attn, loss_mask = trainlib.pad_batch(*zip(*piece), pad_id=pad_id)
+            ids, attn, loss_mask = ids.to(engine.device), attn.to(engine.device), loss_mask.to(engine.device)
+            logp, _, top1 = trainlib.action_logprobs(engine, ids, attn, loss_mask)            # [b, L] each
+            m = loss_mask[:, 1:]                                                              # [b, L-1]
+            loss = -(logp[:, 1:] * m).sum() / tokens
+            last = k == len(batches) - 1 and j == len(parts) - 1
+            engine.set_gradient_accumulation_boundary(last)
+            engine.backward(loss / len(batches), scale_wrt_gas=False)   # the mean over micro-batches
+            gn = trainlib.grad_norm(engine) if last else gn
+            engine.step()
+            with torch.no_grad():
+                acc_sum += float((top1[:, 1:] * m).sum())
+                tok_sum += float(m.sum())
+                loss_sum += float(loss)
     return {"train/loss": loss_sum / len(batches), "train/action_token_acc": acc_sum / max(tok_sum, 1),
             "train/lr": engine.get_lr()[0], "train/grad_norm": trainlib.last_grad_norm(engine, gn)}
 
@@ -246,7 +265,7 @@ def main(args: Args) -> Path:
         batches = [micro_batch(samples, cursor + i, args.micro_batch, world, rank, args.seed)
                    for i in range(grad_accum)]
         cursor += grad_accum
-        stats = bc_step(engine, batches, tokenizer.pad_token_id)
+        stats = bc_step(engine, batches, tokenizer.pad_token_id, args.forward_batch)
         step += 1
         bar.update(1)
         metrics.log(step, {**stats, "train/samples_per_s": step * effective_batch / (time.time() - t0)})

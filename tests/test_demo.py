@@ -40,9 +40,12 @@ def check_demo_smoke(out: Path) -> None:
                           capture_output=True, text=True, timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
-    for stage in ("1/4 expert demonstrations", "2/4 behavior cloning of assets/tiny-web-base", "3/4 M-GRPO",
+    for stage in ("1/4 demonstrations (log)", "2/4 behavior cloning of assets/tiny-web-base", "3/4 M-GRPO",
                   "4/4 evaluation"):
         assert stage in log
+    demos = [json.loads(line) for line in (out / "demos.jsonl").read_text().splitlines()]
+    assert {r.get("imperfection") for r in demos} & {"wrong-element", "early-submit"}     # the unfiltered log
+    assert "--no-only-successes" in log and "--invalid-penalty" in log                     # cloned as logged
     assert "R1-Zero" not in log                        # a stage of make demo-findings now (r1zero)
     assert "8 tasks x G=8" not in log and "--lr 1e-4 --warmup-steps 4" in log   # smoke size, the demo's settings
     table = (out / "eval" / "results.md").read_text()
@@ -62,11 +65,11 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     zero, which runs r1zero's two commands (M-GRPO, then eval.py) from another model (the untrained one)."""
     proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
                           env=_environ(DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out),
-                                       FINDINGS="tts plain cot r1zero quality"), timeout=1500)
+                                       FINDINGS="tts plain cot r1zero filtered"), timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "make demo first" not in log                   # it reused the demo's run
-    for results in ("tts", "plain/eval", "cot/eval", "r1zero/eval", "quality/eval"):
+    for results in ("tts", "plain/eval", "cot/eval", "r1zero/eval", "filtered/eval"):
         assert (out / results / "results.json").exists(), results
     r1zero = (out / "r1zero" / "eval" / "results.md").read_text()
     assert "| base |" in r1zero and "| r1-zero |" in r1zero and "| r1-zero - base |" in r1zero
@@ -76,10 +79,11 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     assert all(len(s["response"]) > 150 for r in cot for s in r["steps"])            # long thoughts
     plain = [json.loads(line) for line in (out / "plain" / "demos.jsonl").read_text().splitlines()]
     assert all("<think>" not in s["response"] for r in plain for s in r["steps"])
-    quality = [json.loads(line) for line in (out / "quality" / "demos.jsonl").read_text().splitlines()]
-    assert {r.get("imperfection") for r in quality} & {"wrong-element", "early-submit"}   # --mistakes 0.5
-    table = (out / "quality" / "table" / "results.md").read_text()
-    for row in ("| bc |", "| bc-mistakes |", "| rl-mistakes - bc-mistakes |", "| bc-mistakes - bc |"):
+    log_demos = (out / "filtered" / "demos.jsonl").read_text()
+    assert log_demos == (demo / "demos.jsonl").read_text()       # make demo's log, written again by its command
+    assert "cloned other demonstrations" not in log
+    table = (out / "filtered" / "table" / "results.md").read_text()
+    for row in ("| bc-filtered |", "| rl |", "| rl - bc-filtered |", "| bc - bc-filtered |"):
         assert row in table and row in log            # make demo's run joined; the table printed at the end
 
 

@@ -15,7 +15,8 @@ test: setup
 	WEBAGENT_REQUIRE_VLLM=$$(test -f .venv/.vllm && echo 1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder --durations=30 tests
 
-# The whole pipeline on MiniWoB++ with a tiny CPU model: BC, M-GRPO and R1-Zero (DEMO_SIZE=smoke|default|long).
+# The whole pipeline on MiniWoB++ with a tiny CPU model: a demonstrator's log, BC, M-GRPO, evaluation
+# (DEMO_SIZE=smoke|default|long; DEMO_DATA=clean: the scripted experts' successes instead of the log).
 demo: setup
 	@bash scripts/demo.sh
 
@@ -32,9 +33,9 @@ demo-suite: setup
 	@bash scripts/demo_suite.sh
 
 # The paper's other findings in the demo's miniature: test-time scaling, thinking vs plain, R1-CoT, R1-Zero
-# (FINDINGS="tts plain cot zero r1zero" picks stages; the first four measured with the untrained tiny model, the
-# demo's earlier configuration, whose run goes to runs/demo-scratch; r1zero: R1-Zero on make demo's tasks and
-# RL budget, from the pretrained base).
+# (FINDINGS="tts plain cot zero r1zero filtered" picks stages; the first four measured with the untrained tiny
+# model, the demo's earlier configuration, whose run goes to runs/demo-scratch; r1zero: R1-Zero on make demo's
+# tasks and RL budget, from the pretrained base; filtered: BC on make demo's log filtered to successes, ~17 min).
 demo-findings: setup
 	@bash scripts/demo_findings.sh
 

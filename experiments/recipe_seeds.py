@@ -6,6 +6,8 @@ ones), from the split's joined table (``<out>/<split>/table/results.json``, eval
 (unparsable responses per turn in its first and last 4 steps, the KL to the start at the end, the share of groups
 with a signal, rollout success first and last 4 steps). Then per recipe: the seeds' mean of RL - BC at T = 1, its
 SE from the seeds' spread, the worst seed, and against ``base`` the difference of means with its SE (rule 6).
+Also each recipe's mean over seeds with a 95% t-interval (of RL - BC and of RL - filtered BC) and how many seeds meet
+issue 68's targets (RL - BC >= +5 at >= 3 SE; above the filtered BC).
 Writes ``<out>/<split>/seeds.md`` and a strip plot of RL - BC per seed, ``<out>/<split>/seeds.png``.
 
     .venv/bin/python experiments/recipe_seeds.py                  # runs/recipe, validation pages
@@ -31,6 +33,18 @@ def seeds_se(xs: list[float]) -> float:
         return float("nan")
     m = mean(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+# Student's t, 97.5% quantile, by degrees of freedom: the 95% interval of a mean over n seeds is mean +- t[n-1] SE
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def interval(xs: list[float]) -> str:
+    """A mean over seeds with its 95% t-interval, e.g. "+8.1 [+5.0, +11.2]"."""
+    if len(xs) < 2:
+        return f"{mean(xs):+.1f}"
+    half = T975[len(xs) - 1] * seeds_se(xs)
+    return f"{mean(xs):+.1f} [{mean(xs) - half:+.1f}, {mean(xs) + half:+.1f}]"
 
 
 def rollout_summary(metrics: Path) -> dict[str, float]:
@@ -60,12 +74,17 @@ def main() -> None:
              "first -> last 4 steps | KL at the end | groups with a signal | rollout success, first -> last 4 |",
              "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     by_recipe: dict[str, dict[int, float]] = collections.defaultdict(dict)
+    vs_filtered: dict[str, dict[int, float]] = collections.defaultdict(dict)
+    targets: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])   # seeds at >= +5 and >= 3 SE; above bc-f
     for run in runs:
         recipe, seed = run.rsplit("-s", 1)
         d = table["paired"][f"{run} - bc"]
         g = greedy.get(f"{run} - bc", {"diff": float("nan"), "stderr": float("nan")})
         f = table["paired"].get(f"{run} - bc-f", {"diff": float("nan"), "stderr": float("nan")})
         by_recipe[recipe][int(seed)] = 100 * d["diff"]
+        vs_filtered[recipe][int(seed)] = 100 * f["diff"]
+        targets[recipe][0] += d["diff"] >= 0.05 and d["diff"] >= 3 * d["stderr"]
+        targets[recipe][1] += f["diff"] > 0
         m = rollout_summary(out / run / "metrics.jsonl")
         lines.append(f"| {run} | {100 * d['diff']:+.1f} | {100 * d['stderr']:.1f} | {100 * g['diff']:+.1f} | "
                      f"{100 * g['stderr']:.1f} | {100 * f['diff']:+.1f} | {100 * f['stderr']:.1f} | "
@@ -80,6 +99,12 @@ def main() -> None:
               if recipe != "base" and base else "- | -")
         lines.append(f"| {recipe} | {len(xs)} | {', '.join(f'{x:+.1f}' for x in xs)} | {mean(xs):+.1f} | "
                      f"{seeds_se(xs):.1f} | {min(xs):+.1f} | {vs} |")
+    lines += ["", "| recipe | seeds | RL - BC at T = 1, mean [95% t-interval over seeds] | RL - filtered BC, the same | "
+              "seeds with RL - BC >= +5 at >= 3 SE | seeds above the filtered BC |", "|---|---:|---|---|---:|---:|"]
+    for recipe, per_seed in by_recipe.items():
+        xs, fs = list(per_seed.values()), list(vs_filtered[recipe].values())
+        lines.append(f"| {recipe} | {len(xs)} | {interval(xs)} | {interval(fs)} | {targets[recipe][0]} of {len(xs)} | "
+                     f"{targets[recipe][1]} of {len(xs)} |")
     text = "\n".join(lines) + "\n"
     (out / a.split / "seeds.md").write_text(text)
     print(text)

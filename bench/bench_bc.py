@@ -22,24 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bc_data  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
-
-
-def pieces(batch: list, n: int) -> list[list]:
-    """``batch`` sorted by length, cut into ``n`` runs of consecutive samples (one padded batch when n = 1)."""
-    if n == 1:
-        return [batch]
-    order = sorted(batch, key=lambda s: len(s[0]))
-    size = -(-len(order) // n)
-    return [order[i:i + size] for i in range(0, len(order), size)]
+import train_bc  # noqa: E402  (its pieces, the split this bench times)
 
 
 def step(model, batch: list, n: int, pad_id: int) -> tuple[float, int, int]:
-    """Forward and backward of one micro-batch in ``n`` pieces; seconds, tokens computed, tokens real."""
+    """Forward and backward of one micro-batch in ``n`` pieces (train_bc.pieces of ceil(len / n) samples; n = 1:
+    one padded batch); seconds, tokens computed, tokens real."""
     model.zero_grad(set_to_none=True)
     total = sum(sum(m) for _, m in batch)
     computed = real = 0
     t0 = time.perf_counter()
-    for piece in pieces(batch, n):
+    for piece in train_bc.pieces(batch, -(-len(batch) // n) if n > 1 else 0):
         ids, attn, mask = trainlib.pad_batch(*zip(*piece), pad_id=pad_id)
         logp, _, _ = trainlib.action_logprobs(model, ids, attn, mask)
         (-(logp[:, 1:] * mask[:, 1:]).sum() / total).backward()

@@ -9,7 +9,8 @@ One training step, in the order of ``train``:
      statistics; a group left with < 2 trajectories, or (``--zero-std skip``) whose rewards are all equal,
      leaves the loss.
   3. loss (Eq. 2): clipped ratio (eps 0.2) minus beta * KL to the frozen reference (k3, beta 0.001), the
-     normalisation 1/(G |tau_i| |a_ij|) as per-sample weights, so micro-batches are a plain weighted sum.
+     normalisation 1/(G |tau_i| |a_ij|) as per-sample weights (so micro-batches add up); the actions taken from
+     one context (the G of a group's start page) scored in one row, the context computed once.
   4. weight sync: the HF backend generates with the trainer's module itself; the vLLM engine gets the weights
      pushed, then checked on a probe (``backend.after_update``).
 A run is a function of its command: each request is seeded (``rollout.group_noise``), the CPU decodes
@@ -108,7 +109,7 @@ class Args:
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     micro_batch: int = 4
-    """action samples per forward/backward pass (the step's samples sorted by length first)"""
+    """action samples per forward/backward pass (a context's samples together, the context computed once)"""
     grad_clip: float = 0.01
     """gradient norm clipping (the paper is silent; its released training config's max_grad_norm 0.01)"""
     adam_beta2: float = 0.99
@@ -137,8 +138,7 @@ class Args:
     update_threads: int = 0
     """CPU only: torch threads of the update, while the browsers are idle (0: torch's default)"""
     eval_every: int = 0
-    """every N steps (and before the first), greedy success on --eval-pages validation pages per task
-    (env.VALID_SEEDS), logged as val/* and drawn in dynamics.png (0: never)"""
+    """every N steps and before the first: greedy success on --eval-pages validation pages a task (val/*; 0: never)"""
     eval_pages: int = 5
     """validation pages per task of each --eval-every check"""
     save_every: int = 10
@@ -370,20 +370,21 @@ def merge_identical(samples: list[Sample], adv: list[float], weight: list[float]
     return [r[0] for r in rows], [r[2] / r[1] if r[1] else 0.0 for r in rows], [r[1] for r in rows]
 
 
-def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bool = True) -> dict[str, float]:
+def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str = "packed") -> dict[str, float]:
     """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), actions scored at the rollouts'
-    temperature (pi(a | h) as sampled). ``fast``: identical samples scored once (``merge_identical``),
-    micro-batches of similar length (False: every sample in rollout order; bench/bench_rl_step.py compares).
-    Every rank runs the same number of micro-batches (ZeRO-3 gathers parameters collectively), padding with
-    zero-weight ones. The weights are multiplied by the world size: DeepSpeed averages the ranks' gradients."""
-    samples, adv, weight = batch.samples, batch.adv, batch.weight
-    order = list(range(len(samples)))
-    if fast:
+    temperature (pi(a | h) as sampled). ``how``: ``packed``: identical samples scored once (``merge_identical``), a
+    context's samples in one micro-batch (``trainlib.context_batches``) and the context computed once for them
+    (``trainlib.packed_logprobs``); ``rows``: a row per sample; ``plain``: every sample in rollout order, a row each.
+    Every rank runs the same number of micro-batches (ZeRO-3 gathers parameters collectively), zero-weight ones
+    padding; the weights are multiplied by the world size (DeepSpeed averages the ranks' gradients)."""
+    samples, adv, weight, mb = batch.samples, batch.adv, batch.weight, args.micro_batch
+    score = trainlib.packed_logprobs if how == "packed" else trainlib.forward_logprobs
+    index = [list(range(i, min(i + mb, len(samples)))) for i in range(0, len(samples), mb)]
+    if how != "plain":
         samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
-        order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
-    n_micro = trainlib.all_reduce_max(math.ceil(len(samples) / args.micro_batch))
+        index = trainlib.context_batches(samples, mb)
+    index += [[len(samples)]] * (trainlib.all_reduce_max(len(index)) - len(index))   # (the same number on every rank)
     dummy = Sample([pad_id, pad_id], [0, 0])
-    index = [order[i * args.micro_batch:(i + 1) * args.micro_batch] or [len(samples)] for i in range(n_micro)]
     chunks = [[samples[i] for i in idx if i < len(samples)] or [dummy] for idx in index]
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0]) * world
@@ -393,15 +394,15 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, fast: bo
     with torch.no_grad():
         for chunk in chunks:
             if ref_model is not None:
-                ref_logps.append(trainlib.forward_logprobs(ref_model, chunk, pad_id, dev, temp)[0])
+                ref_logps.append(score(ref_model, chunk, pad_id, dev, temp)[0])
             if args.updates_per_batch > 1:   # pi_old: the policy before the first update
-                old_logps.append(trainlib.forward_logprobs(engine, chunk, pad_id, dev, temp)[0])
+                old_logps.append(score(engine, chunk, pad_id, dev, temp)[0])
 
     totals = dict.fromkeys(("train/loss", "train/kl", "train/clip_frac", "train/entropy"), 0.0)
     n_tok = 0.0
     for _ in range(args.updates_per_batch):
         for k, (chunk, idx) in enumerate(zip(chunks, index)):
-            logp, ent, mask = trainlib.forward_logprobs(engine, chunk, pad_id, dev, temp)         # [n, L] each
+            logp, ent, mask = score(engine, chunk, pad_id, dev, temp)                            # [n, L] each
             old = old_logps[k] if old_logps else logp.detach()                            # [n, L]
             ref = ref_logps[k] if ref_logps else None                                     # [n, L]
             loss, st = mgrpo_loss(logp, old, ref, mask, adv_t[idx].to(dev), w_t[idx].to(dev),
@@ -508,9 +509,8 @@ async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task],
     (of all turns), ``val/env_errors``. A rank without pages still runs the collective."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     pages = [dataclasses.replace(t, seed=webenv.VALID_SEEDS[e]) for t in tasks for e in range(args.eval_pages)]
-    mine = pages[rank::world]
-    greedy = dataclasses.replace(args.episode, temperature=0.0)
-    got = await rollouts(runner, backend, tokenizer, [Job(t, group=i) for i, t in enumerate(mine)], greedy)
+    jobs = [Job(t, group=i) for i, t in enumerate(pages[rank::world])]                  # this rank's pages, greedy
+    got = await rollouts(runner, backend, tokenizer, jobs, dataclasses.replace(args.episode, temperature=0.0))
     counts = torch.tensor([len(got), sum(t.reward > 0 for t in got), sum(len(t.steps) for t in got),
                            sum(t.parse_errors for t in got), sum(t.env_error for t in got)], dtype=torch.long)
     n, ok, turns, bad, errors = trainlib.all_reduce(counts, torch.distributed.ReduceOp.SUM).tolist()   # one collective

@@ -420,38 +420,122 @@ def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
                     temperature: float = 1.0, chunk_tokens: int = 512) -> tuple[torch.Tensor, ...]:
     """``token_logprobs`` where the loss needs it: log-probs, entropies and top-1 hits (1.0 where the token is
     the model's argmax), each [B, L], on the positions with ``loss_mask`` = 1 (the action tokens), 0 elsewhere,
-    without full-vocabulary logits for the sequence. Used by M-GRPO (Eq. 2) and BC (Eq. 1) alike.
+    without full-vocabulary logits for the sequence (``_scored``). Used by BC (Eq. 1) and, through
+    ``forward_logprobs``, by checks against the trainer. With Qwen2.5's vocabulary (151,936) the full version
+    holds ~0.6 MB per token per fp32 copy, several copies for every prompt token; this one the action tokens'
+    logits and their gradient in the model's dtype. Equal to ``token_logprobs`` on the action tokens to float
+    rounding."""
+    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)               # action token (row, col + 1) ...
+    return _scored(model, {"input_ids": input_ids, "attention_mask": attention_mask}, rows, cols,
+                   input_ids[rows, cols + 1], (rows, cols + 1), input_ids.shape, temperature, chunk_tokens)
 
-    The model runs with ``logits_to_keep=1`` (its LM head scores one position per row) while a hook keeps
-    the final norm's output, the hidden states the head reads. The rows of the action tokens are gathered and
-    the head scores only them, in one call (so every rank makes the same calls: under ZeRO-3 each call
-    gathers the head's weights collectively); the softmax runs in fp32 ``chunk_tokens`` rows at a time, in the
-    forward and in the backward (``_TargetLogprobs``). With Qwen2.5's vocabulary (151,936) the full version
-    holds ~0.6 MB per token per fp32 copy, several copies for every prompt token; this one the action
-    tokens' logits and their gradient in the model's dtype. A batch without action tokens (a rank's
-    zero-weight filler) still runs the head on one position, times 0, so that its backward reaches every
-    parameter as on the other ranks. Equal to ``token_logprobs`` on the action tokens to float rounding."""
+
+def _scored(model, inputs: dict[str, torch.Tensor], rows: torch.Tensor, cols: torch.Tensor, targets: torch.Tensor,
+            at: tuple[torch.Tensor, ...], shape: tuple[int, ...], temperature: float,
+            chunk_tokens: int) -> tuple[torch.Tensor, ...]:
+    """Run ``model`` on ``inputs``, score each of ``targets`` [K] from the position (rows, cols) [K] that
+    predicts it, and place the log-probs, entropies and top-1 hits at ``at`` in zero tensors of ``shape``.
+
+    The model runs with ``logits_to_keep=1`` (its LM head scores one position per row) while a hook keeps the
+    final norm's output, the hidden states the head reads; the head then scores the K positions in one call (so
+    every rank makes the same calls: under ZeRO-3 each call gathers the head's weights collectively) and the
+    softmax runs in fp32 ``chunk_tokens`` rows at a time, in the forward and in the backward
+    (``_TargetLogprobs``). With no target (a rank's zero-weight filler) the head still scores one position,
+    times 0, so that its backward reaches every parameter as on the other ranks."""
     hf = getattr(model, "module", model)                   # a DeepSpeed engine wraps the HF model
     norm, head = hf.get_decoder().norm, hf.get_output_embeddings()
     kept: list[torch.Tensor] = []
     hook = norm.register_forward_hook(lambda _m, _i, out: kept.append(out))
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
+        model(**inputs, use_cache=False, logits_to_keep=1)
     finally:
         hook.remove()
     hidden = kept[-1]                                                  # [B, L, H]
-    rows, cols = loss_mask[:, 1:].nonzero(as_tuple=True)               # action token (row, col + 1) ...
     empty = len(rows) == 0
     if empty:                                                          # score one position, weighted 0
-        rows, cols = rows.new_zeros(1), cols.new_zeros(1)
-    logits = head(hidden[rows, cols])                                  # ... is predicted at (row, col): [K, V]
-    lp, ent, hit = _TargetLogprobs.apply(logits, input_ids[rows, cols + 1], temperature, chunk_tokens)
-    logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)   # [B, L]
+        rows, cols, targets = rows.new_zeros(1), cols.new_zeros(1), targets.new_zeros(1)
+    lp, ent, hit = _TargetLogprobs.apply(head(hidden[rows, cols]), targets, temperature, chunk_tokens)  # [K]
+    logp = torch.zeros(shape, dtype=torch.float32, device=hidden.device)
     entropy, top1 = torch.zeros_like(logp), torch.zeros_like(logp)
     if empty:
         return logp + 0.0 * lp.sum(), entropy, top1
-    at = (rows, cols + 1)
     return logp.index_put(at, lp), entropy.index_put(at, ent), top1.index_put(at, hit)
+
+
+def shares_contexts(model) -> bool:
+    """Whether ``packed_logprobs`` can put several actions after one context: its attention takes a 4D mask
+    (PyTorch SDPA, eager), which FlashAttention-2 does not."""
+    return getattr(model, "module", model).config._attn_implementation in ("sdpa", "eager")
+
+
+def action_start(sample) -> int:
+    """Index of a sample's first action token: its ids before it are the context (a filler without action
+    tokens: its last token)."""
+    return sample.mask.index(1) if 1 in sample.mask else len(sample.ids) - 1
+
+
+def context_batches(samples: typing.Sequence[Any], size: int) -> list[list[int]]:
+    """Micro-batches of at most ``size`` sample indices, the samples of one context (``action_start``) together,
+    so that ``packed_logprobs`` computes it once for them (a context's samples split only when more than
+    ``size``): the contexts of one sample first, then the shared ones (so that most micro-batches need no mask
+    of their own), each in order of length (so that a micro-batch's rows are alike)."""
+    by_context: dict[tuple, list[int]] = {}
+    for i, s in enumerate(samples):
+        by_context.setdefault(tuple(s.ids[:action_start(s)]), []).append(i)
+    batches, current = [], []
+    for members in sorted(by_context.values(), key=lambda m: (len(m) > 1, action_start(samples[m[0]]))):
+        for k in range(0, len(members), size):
+            if len(current) + len(members[k:k + size]) > size:
+                batches.append(current)
+                current = []
+            current += members[k:k + size]
+    return batches + [current] * bool(current)
+
+
+def packed_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device, temperature: float = 1.0,
+                    chunk_tokens: int = 512) -> tuple[torch.Tensor, ...]:
+    """``forward_logprobs`` with each context computed once. The samples (rollout.Sample) with the same context
+    (``action_start``: the G trajectories of a group on their common start page, and any that reached the same
+    page the same way) share one row: the context, then each of their actions, an action attending to the
+    context and to its own earlier tokens only (a 4D mask), its positions continuing the context's. The same
+    log-probs as one row per sample to float rounding, with the context's tokens computed once instead of once
+    per action (the context is most of a sample: the prompt). Returns log-probs, entropies and the mask, each
+    [N, A] on the actions' tokens (column t: the t-th token from ``action_start``; A the longest action).
+    Where the attention takes no 4D mask (``shares_contexts``) every sample is a row of its own."""
+    share = shares_contexts(model)
+    starts = [action_start(s) for s in samples]
+    groups: dict[tuple, list[int]] = {}
+    for n, (s, a) in enumerate(zip(samples, starts)):
+        groups.setdefault(tuple(s.ids[:a]) if share else (n,), []).append(n)
+    row_ids, row_pos, row_seg = [], [], []              # per row: ids, positions, segment (0 the context, j action j)
+    at = []       # per action token: (row, column of the position predicting it, the token, sample, index in action)
+    for r, members in enumerate(groups.values()):
+        a = starts[members[0]]
+        ids, pos, seg = list(samples[members[0]].ids[:a]), list(range(a)), [0] * a
+        for j, n in enumerate(members, 1):   # token t of action j: predicted by the context's last position (t =
+            s, first = samples[n], len(ids)  # 0) or by the action's token t - 1
+            at += [(r, first + t - 1 if t else a - 1, s.ids[a + t], n, t) for t in range(len(s.ids) - a)
+                   if s.mask[a + t]]
+            ids, pos, seg = ids + s.ids[a:], pos + list(range(a, len(s.ids))), seg + [j] * (len(s.ids) - a)
+        row_ids.append(torch.tensor(ids))
+        row_pos.append(torch.tensor(pos))
+        row_seg.append(torch.tensor(seg))
+    pad = torch.nn.utils.rnn.pad_sequence
+    ids_t, seg_t = pad(row_ids, batch_first=True, padding_value=pad_id), pad(row_seg, True, -1)   # [R, L]; -1: pad
+    if max(map(len, groups.values())) > 1:
+        # the query at q sees the key at k <= q of the context or of its own action; padding sees itself only
+        q, k, L = seg_t[:, :, None], seg_t[:, None, :], seg_t.shape[1]              # [R, L, 1], [R, 1, L]
+        attn = (torch.ones(L, L, dtype=torch.bool).tril() & (k >= 0) & ((k == 0) | (k == q))) | torch.eye(L).bool()
+        inputs = {"input_ids": ids_t, "attention_mask": attn[:, None], "position_ids": pad(row_pos, True)}
+    else:   # a row per sample: the causal mask and the padding's, as forward_logprobs
+        inputs = {"input_ids": ids_t, "attention_mask": (seg_t >= 0).long()}
+    rows, cols, targets, sample_at, token_at = torch.tensor(at, dtype=torch.long, device=device).reshape(-1, 5).T
+    shape = (len(samples), max(len(s.ids) - a for s, a in zip(samples, starts)))   # [N, A]
+    logp, ent, _ = _scored(model, {key: v.to(device) for key, v in inputs.items()}, rows, cols, targets,
+                           (sample_at, token_at), shape, temperature, chunk_tokens)
+    mask = torch.zeros(shape, dtype=torch.float32, device=device)
+    mask[sample_at, token_at] = 1.0
+    return logp, ent, mask
 
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:

@@ -6,12 +6,14 @@ fp32, the reference model for the KL term as beta = 0.001 loads it). The configu
 step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of them alike; each prints its
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
-A configuration is ``NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
+A configuration is ``NAME=BxG,gen=N,mb=M,update=packed|rows|plain,prefill=shared|full,threads=T,decode=loop|generate,
 reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64``, with browser contexts of its own:
 - gen: most rows the HF backend decodes at once (most prompts per generate call with decode=generate), 0 = all
   of the step's;
-- mb: action samples per forward of the update; update: train_mgrpo.update's ``fast`` (identical samples scored
-  once, micro-batches of similar length) or ``plain`` (every sample in rollout order, as before issue 32);
+- mb: action samples per forward of the update; update: train_mgrpo.update's ``packed`` (the default: identical
+  samples scored once, the samples of one context in one micro-batch and their context computed once, as since
+  issue 68), ``rows`` (the same micro-batches, a row per sample; ``fast`` is its older name: issue 32's, whose
+  micro-batches were of similar length) or ``plain`` (every sample in rollout order, as before issue 32);
 - prefill: the HF backend's reuse of repeated prompts and shared prefixes (``shared``) or every row prefilled in
   full (``full``); threads: torch threads of generation;
 - decode: the HF backend's continuous batching on its own decode loop (``loop``, the default) or dynamic batches
@@ -24,10 +26,12 @@ reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64``, with
   shapes that depend on each request alone, train_mgrpo's ``--batch-invariant`` on a CPU where they hold;
   ``float64``: a float64 copy that takes its weights before each step, the fallback and issue 67's first way).
 
-The default is issue 67's measurement, make demo's M-GRPO step (B 8 x G 8, one torch thread for generation, the
-decode loop, pages restarted in place) three ways: as before the issue (``free``: shared noise, batch-dependent
-float32), with seeded requests in a float64 copy (``float64``, the issue's first way), and as train_mgrpo runs it
-now (``fixed``: seeded, fixed shapes). Issue 67's first measurement was ``"free=...;seeded=...,noise=seeded;
+The default is issue 68's measurement, make demo's M-GRPO step (B 8 x G 8, one torch thread for generation, the
+decode loop, pages restarted in place, seeded, fixed shapes) with its update a row per sample (``rows``) and with
+each context computed once (``packed``). Issue 67's was ``"free=8x8,gen=0,mb=16,update=fast,reset=inplace;
+float64=...,noise=seeded,invariance=float64;fixed=...,noise=seeded,invariance=fixed-shapes"`` (as before the issue:
+shared noise, batch-dependent float32; seeded requests in a float64 copy; seeded at fixed shapes); its first
+measurement was ``"free=...;seeded=...,noise=seeded;
 invariant=...,noise=seeded,invariance=float64"`` (the same shape and options). Issue 43's was
 ``"filing=8x8,gen=0,mb=16,update=fast,decode=generate,reset=load;loop=8x8,gen=0,mb=16,update=fast,decode=loop,
 reset=load;today=8x8,gen=0,mb=16,update=fast,decode=loop,reset=inplace"``. Issue 32's comparison was ``--configs "old=4x4,gen=16,mb=4,update=plain,
@@ -65,10 +69,9 @@ class Args:
     """policy: an HF checkpoint such as runs/demo/bc/hf (realistic), or tiny"""
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a step take them in turn"""
-    configs: str = ("free=8x8,gen=0,mb=16,update=fast,reset=inplace;"
-                    "float64=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded,invariance=float64;"
-                    "fixed=8x8,gen=0,mb=16,update=fast,reset=inplace,noise=seeded,invariance=fixed-shapes")
-    """';'-separated NAME=BxG,gen=N,mb=M,update=fast|plain,prefill=shared|full,threads=T,decode=loop|generate,
+    configs: str = ("rows=8x8,gen=0,mb=16,update=rows,reset=inplace,noise=seeded,invariance=fixed-shapes;"
+                    "packed=8x8,gen=0,mb=16,update=packed,reset=inplace,noise=seeded,invariance=fixed-shapes")
+    """';'-separated NAME=BxG,gen=N,mb=M,update=packed|rows|plain,prefill=shared|full,threads=T,decode=loop|generate,
     reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
@@ -89,7 +92,7 @@ class Config:
     G: int
     gen: int
     mb: int
-    fast: bool
+    update: str
     threads: int
     share: bool
     decode: str = "loop"
@@ -106,8 +109,9 @@ def parse_configs(spec: str) -> list[Config]:
         shape, *opts = rest.split(",")
         kv = dict(o.split("=", 1) for o in opts)
         B, G = map(int, shape.split("x"))
+        update = kv.get("update", "packed")
         out.append(Config(name, B, G, int(kv.get("gen", 0)), int(kv.get("mb", 4)),
-                          kv.get("update", "fast") == "fast", int(kv.get("threads", 1)),
+                          {"fast": "rows"}.get(update, update), int(kv.get("threads", 1)),
                           kv.get("prefill", "shared") == "shared", kv.get("decode", "loop"),
                           kv.get("reset", "load") == "inplace", kv.get("noise", "free") == "seeded",
                           kv.get("invariance", "off")))
@@ -141,7 +145,7 @@ async def one_step(cfg: Config, k: int, runner: Runner, backends, tok, engine, r
     batch = train_mgrpo.mgrpo_batch(trajs)
     if batch.groups:
         targs = train_mgrpo.Args(micro_batch=cfg.mb, beta=args.beta, episode=ep)
-        train_mgrpo.update(engine, ref, batch, tok.pad_token_id, targs, fast=cfg.fast)
+        train_mgrpo.update(engine, ref, batch, tok.pad_token_id, targs, how=cfg.update)
     return t_roll, t_gen, time.perf_counter() - t0, len(trajs)
 
 
@@ -191,7 +195,7 @@ async def main(args: Args) -> None:
         first = first or per_min
         print(f"| {c.name} | {c.B} x {c.G} | {c.decode} | {'in place' if c.inplace else 'load'} "
               f"| {'seeded' if c.seeded else 'free'} | {c.invariance} | {c.gen or 'all'} "
-              f"| {c.mb} | {'fast' if c.fast else 'plain'} "
+              f"| {c.mb} | {c.update} "
               f"| {'shared' if c.share else 'full'} | {c.threads} | {roll / n:.3f} | {upd / n:.3f} | {per_min:.1f} "
               f"| x{per_min / first:.2f} |")
 

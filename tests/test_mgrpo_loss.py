@@ -318,6 +318,63 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
     assert all(g is not None and (g == 0).all() for g in grads) and len(grads) == len(list(model.parameters()))
 
 
+def test_packed_logprobs_equal_a_row_per_sample_and_their_gradients():
+    """trainlib.packed_logprobs (the samples of one context in one row: the context once, then each action
+    attending to it and to itself) against trainlib.forward_logprobs (a row per sample): the same log-probs and
+    entropies on every action token and the same gradient of a weighted loss, with contexts shared by 3, 2 and 1
+    samples, actions of 1 to 7 tokens, a mask with a gap, and a zero-weight filler; the model sees one row per
+    context, with a 4D mask where a row holds several actions and the padding's alone where none does. (A mask
+    that let an action see the actions before it in its row fails it: the 7-token action, its context's third,
+    moved by 0.16.)"""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2)).float()
+    assert trainlib.shares_contexts(model)
+    ctx = [torch.randint(3, 300, (n,)).tolist() for n in (12, 20, 7)]
+    acts = [[torch.randint(3, 300, (n,)).tolist() for n in lengths] for lengths in ((4, 1, 7), (3, 6), (5,))]
+    samples = [Sample(c + a, [0] * len(c) + [1] * len(a)) for c, group in zip(ctx, acts) for a in group]
+    samples[4].mask[-3] = 0                                                # a gap inside an action
+    samples = [samples[i] for i in (3, 0, 5, 1, 4, 2)] + [Sample([0, 0], [0, 0])]   # groups interleaved; a filler
+    weight = torch.rand(len(samples))
+    widths = []
+    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append((len(kw["input_ids"]),
+                                                                            kw["attention_mask"].dim())),
+                                           with_kwargs=True)
+
+    def run(fn):
+        model.zero_grad()
+        logp, ent, mask = fn()
+        (-(logp * mask * weight[:, None]).sum()).backward()
+        on = mask.bool()
+        return [row[m] for row, m in zip(logp.detach(), on)], [row[m] for row, m in zip(ent, on)], \
+            [p.grad.clone() for p in model.parameters()]
+    rows_lp, rows_ent, rows_grads = run(lambda: trainlib.forward_logprobs(model, samples, 0, "cpu", 0.7))
+    lp, ent, grads = run(lambda: trainlib.packed_logprobs(model, samples, 0, "cpu", 0.7))
+    two = [samples[2], samples[0]]                                         # two contexts, one action each
+    lone = [trainlib.packed_logprobs(model, two, 0, "cpu", 0.7), trainlib.forward_logprobs(model, two, 0, "cpu", 0.7)]
+    hook.remove()
+    assert widths == [(7, 2), (4, 4), (2, 2), (2, 2)]   # rows: per sample, per context (4D mask), per sample twice
+    for a, m, b, mb in zip(lone[0][0], lone[0][2], lone[1][0], lone[1][2]):
+        torch.testing.assert_close(a[m.bool()], b[mb.bool()], rtol=0, atol=1e-5)
+    assert [len(x) for x in lp] == [3, 4, 5, 1, 5, 7, 0]
+    for a, b, c, d in zip(lp, rows_lp, ent, rows_ent):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        torch.testing.assert_close(c, d, rtol=0, atol=1e-5)
+    for g, want in zip(grads, rows_grads):
+        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-6)
+
+
+def test_context_batches_keep_a_context_together():
+    """The update's micro-batches: at most ``size`` samples, every sample once, a context's samples in one
+    micro-batch unless they are more than ``size``, the contexts of one sample first, then shorter ones first."""
+    ss = [Sample([1] * n + [2], [0] * n + [1]) for n in (5, 3, 5, 9, 3, 5, 5, 5, 5)]
+    batches = trainlib.context_batches(ss, 4)
+    assert sorted(i for b in batches for i in b) == list(range(9)) and max(map(len, batches)) <= 4
+    assert batches == [[3, 1, 4], [0, 2, 5, 6], [7, 8]]     # the lone context first; context 5's 6 split: 4 and 2
+    assert trainlib.context_batches([], 4) == []
+
+
 # ---- pages: RL never replays a demonstration page, nor one that validates or tests it ----
 
 def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():

@@ -474,6 +474,11 @@ def action_start(sample) -> int:
     return sample.mask.index(1) if 1 in sample.mask else len(sample.ids) - 1
 
 
+def context_of(sample) -> tuple[int, ...]:
+    """A sample's context: its ids before ``action_start``."""
+    return tuple(sample.ids[:action_start(sample)])
+
+
 def context_batches(samples: typing.Sequence[Any], size: int) -> list[list[int]]:
     """Micro-batches of at most ``size`` sample indices, the samples of one context (``action_start``) together,
     so that ``packed_logprobs`` computes it once for them (a context's samples split only when more than
@@ -481,9 +486,9 @@ def context_batches(samples: typing.Sequence[Any], size: int) -> list[list[int]]
     of their own), each in order of length (so that a micro-batch's rows are alike)."""
     by_context: dict[tuple, list[int]] = {}
     for i, s in enumerate(samples):
-        by_context.setdefault(tuple(s.ids[:action_start(s)]), []).append(i)
+        by_context.setdefault(context_of(s), []).append(i)
     batches, current = [], []
-    for members in sorted(by_context.values(), key=lambda m: (len(m) > 1, action_start(samples[m[0]]))):
+    for _, members in sorted(by_context.items(), key=lambda kv: (len(kv[1]) > 1, len(kv[0]))):
         for k in range(0, len(members), size):
             if len(current) + len(members[k:k + size]) > size:
                 batches.append(current)

@@ -56,7 +56,7 @@ def tokens(samples, how: str) -> int:
     ``packed`` each distinct context once plus every action."""
     if how != "packed":
         return sum(len(s.ids) for s in samples)
-    contexts = {tuple(s.ids[:trainlib.action_start(s)]) for s in samples}
+    contexts = {trainlib.context_of(s) for s in samples}
     return sum(map(len, contexts)) + sum(len(s.ids) - trainlib.action_start(s) for s in samples)
 
 
@@ -99,7 +99,7 @@ def main(args: Args) -> None:
                 print(f"  repeat {r} batch {i} {w:>7}: {dt:6.2f} s", flush=True)
     for i, b in enumerate(batches):
         merged = train_mgrpo.merge_identical(b.samples, b.adv, b.weight)[0]
-        contexts = len({tuple(s.ids[:trainlib.action_start(s)]) for s in merged})
+        contexts = len({trainlib.context_of(s) for s in merged})
         print(f"batch {i}: {len(b.samples)} samples, {len(merged)} after merging identical ones, {contexts} contexts; "
               + ", ".join(f"{w} {tokens(merged if w != 'plain' else b.samples, w)} tokens" for w in ways))
     print(f"\n| way | seconds per batch (median of {args.repeats} repeats) | vs {ways[0]} |")

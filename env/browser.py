@@ -185,9 +185,10 @@ def stop_browser_server(proc: Any) -> None:
 
 
 def _group_running(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is still running (not yet exited, or exited but not a zombie yet),
-    from /proc; False where there is no /proc."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    """Whether a thread of group ``pgid`` is still running, from /proc; False where there is no /proc. Threads,
+    not processes: a killed multi-threaded process (Node) shows its leader as a zombie while its other threads
+    still tear down, and the process's sockets close only when the last of them has exited."""
+    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:                     # exited while we looked

@@ -261,28 +261,31 @@ def to_record(traj: Trajectory, *, run: str, model: str, prompt: str, task: webe
 
 async def run_episodes(runner: Runner, backend, tokenizer, jobs: list[tuple[webenv.Task, int]], args: Args, *,
                        run: str, model: str, prompt: str, viewer_dir: Path | None, bar,
-                       on_record=None, greedy: bool = False) -> list[dict]:
+                       on_record=None) -> list[dict]:
     """Every (task, episode) of one run through rollout.py's episode loop (the one RL trains with), K samples
-    each at --temperature (one, greedy, with ``greedy``), ``args.concurrency`` at a time, each in its own
-    browser context; each request seeded by ``noise_base`` (``rollout.request_seed``). Screenshots of one episode
-    per page: the greedy one with --greedy, else the first sample. ``on_record(rec)`` is called as each episode
-    ends (saving it at once); returns the records in job order."""
-    cfg = dataclasses.replace(args.episode, prompt=prompt, **({"temperature": 0.0} if greedy else {}))
-    decoding = decoding_label(cfg.temperature, cfg.top_p)
-    samples = 1 if greedy else args.samples
-    # screenshots (the viewer's) of one episode per page: the greedy one with --greedy, else the first sample
-    shots = viewer_dir / "shots" / (slug(run) + ("_greedy" if greedy else "")) \
-        if viewer_dir is not None and (greedy or not args.greedy) else None
+    each at --temperature and, with --greedy, a greedy one beside them (a page's episodes run together, so its
+    first prompt is computed once and its other episodes take it from the backend's prefix cache), each in its
+    own browser context, ``args.concurrency`` at a time; each request seeded by ``noise_base``
+    (``rollout.request_seed``). Screenshots of one episode per page: the greedy one with --greedy, else the first
+    sample. ``on_record(rec)`` is called as each episode ends (saving it at once); returns the records in job
+    order (per page: its samples, then its greedy episode)."""
+    cfg = dataclasses.replace(args.episode, prompt=prompt)
     noise = noise_base(args, run)
-    rjobs = [Job(task, group=e, screenshot_dir=shots / f"{slug(task.task_id)}_e{e}" if shots and k == 0 else None,
-                 noise=noise, sample=k) for task, e in jobs for k in range(samples)]
+    # per decoding: (temperature, episodes per page, the screenshots' folder or None)
+    shots = viewer_dir / "shots" / slug(run) if viewer_dir is not None else None
+    decodings = [(cfg.temperature, args.samples, None if args.greedy else shots)]
+    if args.greedy:
+        decodings.append((0.0, 1, shots and shots.with_name(shots.name + "_greedy")))
+    rjobs = [Job(task, group=e, noise=noise, sample=k, temperature=temp,
+                 screenshot_dir=folder / f"{slug(task.task_id)}_e{e}" if folder and k == 0 else None)
+             for task, e in jobs for temp, samples, folder in decodings for k in range(samples)]
     stats = {"done": 0, "success": 0}
     records: dict[int, dict] = {}   # id(job) -> record
 
     def done(job: Job, traj: Trajectory) -> None:
         rec = to_record(traj, run=run, model=model, prompt=prompt, task=job.task, episode=job.group,
                         shot_dir=job.screenshot_dir, viewer_dir=viewer_dir, group_by=args.group_by,
-                        sample=job.sample, decoding=decoding)
+                        sample=job.sample, decoding=decoding_label(job.temperature, cfg.top_p))
         records[id(job)] = rec
         if on_record is not None:
             on_record(rec)
@@ -349,17 +352,17 @@ async def evaluate_all(args: Args, models: list[tuple[str, str]], prompts: list[
                 backend = backend_for(args, path, shared_tok)
                 tok = backend.tokenizer
                 try:
-                    for prompt, greedy in ((p, g) for p in prompts for g in (False, True)[:1 + args.greedy]):
+                    for prompt in prompts:
                         run = name if len(prompts) == 1 else f"{name} [{prompt}]"
                         torch.manual_seed(args.seed)
                         mine = await run_episodes(runner, backend, tok, jobs, args, run=run, model=path,
-                                                  prompt=prompt, viewer_dir=viewer_dir, bar=bar, on_record=save,
-                                                  greedy=greedy)
+                                                  prompt=prompt, viewer_dir=viewer_dir, bar=bar, on_record=save)
                         records += mine
-                        res = summarize(mine, [budget])[run]["overall"]
-                        log.info("%s, %s: success %.1f%% (%d/%d), %.1f tokens/turn, %.2f interactions", run,
-                                 mine[0]["decoding"], 100 * res["success_rate"], res["successes"], res["n"],
-                                 res["avg_response_tokens"], res["avg_interactions"])
+                        for decoding in dict.fromkeys(r["decoding"] for r in mine):
+                            res = summarize([r for r in mine if r["decoding"] == decoding], [budget])[run]["overall"]
+                            log.info("%s, %s: success %.1f%% (%d/%d), %.1f tokens/turn, %.2f interactions", run,
+                                     decoding, 100 * res["success_rate"], res["successes"], res["n"],
+                                     res["avg_response_tokens"], res["avg_interactions"])
                 finally:
                     await backend.aclose()   # (frees the weights before the next model loads)
                     del backend, tok

@@ -141,12 +141,14 @@ class Job:
     belongs to, and where to save a screenshot per step (None: no screenshots). ``noise``: the base of its
     requests' seeds (``request_seed``, with ``sample``, its index among the episodes of one page; RL: ``group_noise``
     and the index in the group): the episode's sampling the same whatever runs beside it (evaluation: common
-    random numbers); None: fresh noise from the backend's own generator."""
+    random numbers); None: fresh noise from the backend's own generator. ``temperature``: its own, where it is
+    not the config's (evaluation runs a page's greedy episode beside its samples)."""
     task: webenv.Task
     group: int = 0
     screenshot_dir: Path | None = None
     noise: int | None = None
     sample: int = 0
+    temperature: float | None = None
 
 
 def group_noise(seed: int, group: int) -> int:
@@ -332,10 +334,12 @@ async def rollouts(runner: Runner, backend, tokenizer, jobs: Sequence[Job], cfg:
         return Trajectory(group=job.group, task_id=job.task.task_id, seed=job.task.seed, done_reason=reason,
                           env_error=True)
 
-    return await runner.run(
-        jobs, lambda env, job: rollout(env, backend, tokenizer, job.task, cfg, group=job.group,
-                                       screenshot_dir=job.screenshot_dir, noise=job.noise, sample=job.sample),
-        failed, on_done)
+    def episode(env, job: Job):
+        job_cfg = cfg if job.temperature is None else dataclasses.replace(cfg, temperature=job.temperature)
+        return rollout(env, backend, tokenizer, job.task, job_cfg, group=job.group,
+                       screenshot_dir=job.screenshot_dir, noise=job.noise, sample=job.sample)
+
+    return await runner.run(jobs, episode, failed, on_done)
 
 
 # ---- what a batch of trajectories did (the metrics of an RL step) ----

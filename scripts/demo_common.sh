@@ -82,14 +82,17 @@ valid_eval() {
 }
 
 # paper_eval DIR NAME=PATH PAGES [SEED_START]: one model at the paper's decoding, T = 1 with 2 samples per page
-# (common random numbers) and greedy beside it, at most 6 interactions of $NEW tokens, into DIR unless it is there;
+# (common random numbers) and greedy beside it, at most $PAPER_STEPS interactions (6; a list such as 2,4,6 reads
+# each budget from the longest run's episodes) of $NEW tokens with the $PAPER_PROMPT prompt, into DIR unless it is there;
 # validation pages from SEED_START, or without it the held-out ones (env.EVAL_SEEDS). The issue-57 experiments
 # evaluate each model alone and join them into one paired table with eval.py --reuse.
+PAPER_PROMPT=short; PAPER_STEPS=6
 paper_eval() {
   [ -s "$1/results.json" ] || { stage "evaluation: $2 ($3 pages per task${4:+ from seed $4})"
     # shellcheck disable=SC2086  # IN_PLACE and the seed flag: no word, or words
     $PY eval.py --model "$2" --tasks "$TASKS" --episodes "$3" ${4:+--seed-start $4} --samples 2 --greedy \
-      --prompt short --max-new-tokens "$NEW" --max-steps 6 --concurrency 8 --no-screenshots --out "$1" $IN_PLACE; }
+      --prompt "$PAPER_PROMPT" --max-new-tokens "$NEW" --max-steps "$PAPER_STEPS" --concurrency 8 --no-screenshots \
+      --out "$1" $IN_PLACE; }
 }
 
 # paper_table REUSE OUT PAGES [SEED_START]: one table at paper_eval's decoding (paired differences included) of the
@@ -98,7 +101,7 @@ paper_eval() {
 paper_table() {
   # shellcheck disable=SC2086  # the seed flag: no word, or words
   $PY eval.py --model "" --reuse "$1" --tasks "$TASKS" --episodes "$3" ${4:+--seed-start $4} --samples 2 --greedy \
-    --prompt short --max-new-tokens "$NEW" --max-steps 6 --out "$2"
+    --prompt "$PAPER_PROMPT" --max-new-tokens "$NEW" --max-steps "$PAPER_STEPS" --out "$2"
 }
 
 # valid_table REUSE OUT: one table (paired differences included) of the valid_eval directories REUSE

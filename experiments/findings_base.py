@@ -1,0 +1,229 @@
+"""The paper's other findings from the pretrained base, in seeds (issue 70): experiments/findings_base.sh's runs read
+into one page, ``<out>/findings.md``, each row against the rule its plan fixed before any run (docs/history.md,
+"Issue 70: the paper's other findings from the base, in seeds").
+
+Every difference is paired by page (the held-out pages, 50 per task), at T = 1 (2 samples per page, common random
+numbers: the paper's decoding) and greedy; a row measured in seeds gives each seed's difference and their mean with
+a 95% t-interval from the seeds' spread. A stage not run yet is left out (its row says so).
+
+    .venv/bin/python experiments/findings_base.py --out runs/findings-base
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from eval_stats import page_values, paired, solved_within  # noqa: E402
+from recipe_seeds import T975, mean, seeds_se  # noqa: E402  (experiments/, the script's own directory)
+
+SEEDS = (0, 1, 2)
+DECODINGS = ("T = 1", "greedy")
+
+
+def load(path: Path) -> list[dict]:
+    """The episodes of one evaluation directory, [] where it has not run (or not finished: no results.json)."""
+    if not (path / "results.json").is_file():
+        return []
+    return [json.loads(line) for line in (path / "trajectories.jsonl").read_text().splitlines()]
+
+
+class Runs:
+    """Every evaluated model of one token budget, by name: ``runs[name]`` is its episodes (all decodings)."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.by_name: dict[str, list[dict]] = {}
+
+    def add(self, path: Path, rename: dict[str, str] | None = None) -> None:
+        for r in load(path):
+            name = (rename or {}).get(r["run"], r["run"])
+            self.by_name.setdefault(name, []).append({**r, "run": name})
+
+    def has(self, *names: str) -> bool:
+        return all(n in self.by_name for n in names)
+
+    def diff(self, a: str, b: str, decoding: str) -> dict[str, float]:
+        """a - b paired by page: {"diff", "stderr", "n"} in points."""
+        recs = [r for n in (a, b) for r in self.by_name[n] if r["decoding"] == decoding]
+        d = paired(recs, [b, a])[f"{a} - {b}"]
+        return {"diff": 100 * d["diff"], "stderr": 100 * d["stderr"], "n": d["n"]}
+
+    def rate(self, name: str, decoding: str) -> float:
+        recs = [r for r in self.by_name[name] if r["decoding"] == decoding]
+        return 100 * sum(r["success"] for r in recs) / len(recs)
+
+    def interactions(self, name: str, decoding: str) -> float:
+        recs = [r for r in self.by_name[name] if r["decoding"] == decoding]
+        return sum(r["num_steps"] for r in recs) / len(recs)
+
+
+def seeds_line(values: list[float]) -> str:
+    """"+1.2, -0.4, +3.0; mean +1.3 [95%: -2.1, +4.6]" (the interval from the seeds' spread)."""
+    each = ", ".join(f"{v:+.1f}" for v in values)
+    if len(values) < 2:
+        return each
+    m, se = mean(values), seeds_se(values)
+    t = T975[len(values) - 1]
+    return f"{each}; mean {m:+.1f} [95%: {m - t * se:+.1f}, {m + t * se:+.1f}]"
+
+
+def excludes_zero(values: list[float], sign: int) -> bool:
+    """Whether the 95% interval of the seeds' mean lies on the ``sign`` side of 0."""
+    if len(values) < 2:
+        return False
+    m, se = mean(values), seeds_se(values)
+    return sign * (m - sign * T975[len(values) - 1] * se) > 0
+
+
+def ref_rl(seed: int) -> str:
+    return f"rl-s{seed}"
+
+
+def reference(runs: Runs) -> list[str]:
+    lines = ["## Reference rows: base, BC and BC + M-GRPO (make demo's recipe)", ""]
+    seeds = [s for s in SEEDS if runs.has(ref_rl(s))]
+    for dec in DECODINGS:
+        lines.append(f"- {dec}: base {runs.rate('base', dec):.1f}, BC {runs.rate('bc', dec):.1f}, BC + M-GRPO "
+                     + ", ".join(f"s{s} {runs.rate(ref_rl(s), dec):.1f}" for s in seeds)
+                     + f"; RL - BC by seed {seeds_line([runs.diff(ref_rl(s), 'bc', dec)['diff'] for s in seeds])}")
+    return lines + [""]
+
+
+def r1zero(runs: Runs) -> list[str]:
+    lines = ["## R1-Zero: M-GRPO from the base, no BC (paper: far below BC + M-GRPO, near the base)", ""]
+    seeds = [s for s in SEEDS if runs.has(f"r1zero-s{s}", ref_rl(s))]
+    if not seeds:
+        return lines + ["not run yet (`bash experiments/findings_base.sh r1zero`)", ""]
+    for dec in DECODINGS:
+        vs_rl = [runs.diff(f"r1zero-s{s}", ref_rl(s), dec)["diff"] for s in seeds]
+        vs_base = [runs.diff(f"r1zero-s{s}", "base", dec)["diff"] for s in seeds]
+        lines.append(f"- {dec}: R1-Zero " + ", ".join(f"s{s} {runs.rate(f'r1zero-s{s}', dec):.1f}" for s in seeds)
+                     + f"; R1-Zero - (BC + M-GRPO) by seed {seeds_line(vs_rl)}; R1-Zero - base {seeds_line(vs_base)}"
+                     + (" (reproduces)" if dec == "T = 1" and excludes_zero(vs_rl, -1) else ""))
+    return lines + [""]
+
+
+def cot(runs: Runs, runs192: Runs) -> list[str]:
+    lines = ["## R1-CoT: long thoughts in BC, then M-GRPO, at 192 new tokens (paper: BC 24.5 vs 20.0, RL +5.8 vs "
+             "+13.9)", ""]
+    if not runs192.has("bc", "cot-bc"):
+        return lines + ["not run yet (`bash experiments/findings_base.sh cot`)", ""]
+    seeds = [s for s in SEEDS if runs192.has(f"cot-rl-s{s}") and runs.has(ref_rl(s))]
+    for dec in DECODINGS:
+        a = runs192.diff("cot-bc", "bc", dec)
+        line = (f"- {dec}: (a) CoT BC {runs192.rate('cot-bc', dec):.1f} - BC {runs192.rate('bc', dec):.1f} = "
+                f"{a['diff']:+.1f} +- {a['stderr']:.1f} (n {a['n']})"
+                + (" (reproduces)" if dec == "T = 1" and a["diff"] >= 2 * a["stderr"] > 0 else ""))
+        if seeds:
+            gain = [runs192.diff(f"cot-rl-s{s}", "cot-bc", dec)["diff"] for s in seeds]
+            less = [g - runs.diff(ref_rl(s), "bc", dec)["diff"] for g, s in zip(gain, seeds)]
+            line += (f"; (b) CoT RL - CoT BC by seed {seeds_line(gain)}; minus (RL - BC) {seeds_line(less)}"
+                     + (" (reproduces)" if dec == "T = 1" and excludes_zero(less, -1) else ""))
+        lines.append(line)
+    return lines + [""]
+
+
+def plain(runs: Runs) -> list[str]:
+    lines = ["## The thinking format: <think> against the bare action (paper, Table 3: thinking higher, with more "
+             "interactions)", ""]
+    seeds = [s for s in SEEDS if runs.has(f"plain-rl-s{s}", ref_rl(s))]
+    if not runs.has("plain-bc"):
+        return lines + ["not run yet (`bash experiments/findings_base.sh plain`)", ""]
+    for dec in DECODINGS:
+        b = runs.diff("bc", "plain-bc", dec)
+        line = (f"- {dec}: BC - plain BC {b['diff']:+.1f} +- {b['stderr']:.1f}; interactions BC "
+                f"{runs.interactions('bc', dec):.2f}, plain BC {runs.interactions('plain-bc', dec):.2f}")
+        if seeds:
+            d = [runs.diff(ref_rl(s), f"plain-rl-s{s}", dec)["diff"] for s in seeds]
+            more = [runs.interactions(ref_rl(s), dec) - runs.interactions(f"plain-rl-s{s}", dec) for s in seeds]
+            line += (f"; RL - plain RL by seed {seeds_line(d)}; interactions RL - plain RL by seed "
+                     + ", ".join(f"{m:+.2f}" for m in more)
+                     + (" (reproduces)" if dec == "T = 1" and excludes_zero(d, 1) and min(more) > 0 else ""))
+        lines.append(line)
+    return lines + [""]
+
+
+def prefixes_agree(sweep: list[dict], alone: list[dict], budget: int) -> tuple[int, int]:
+    """(episodes of the budget-``budget`` run that are the first interactions of the sweep's, episodes)."""
+    key = lambda r: (r["task"], r["seed"], r["decoding"], r["sample"])   # noqa: E731
+    long = {key(r): [st["response"] for st in r["steps"]][:budget] for r in sweep}
+    same = sum(long.get(key(r)) == [st["response"] for st in r["steps"]] for r in alone)
+    return same, len(alone)
+
+
+def tts(out: Path) -> list[str]:
+    lines = ["## Test-time interactions (paper, Fig. 5: success rises with the budget)", ""]
+    budgets = (2, 4, 6, 8, 12)
+    names = ["base", "bc"] + [ref_rl(s) for s in SEEDS]
+    dirs = {"base": "base", "bc": "bc", **{ref_rl(s): f"rl-s{s}" for s in SEEDS}}
+    sweeps = {n: [r for r in load(out / "tts" / dirs[n]) if r["run"] == n] for n in names}
+    if not any(sweeps.values()):
+        return lines + ["not run yet (`bash experiments/findings_base.sh tts`)", ""]
+    lines += ["| model | decoding | " + " | ".join(f"<= {k}" for k in budgets) + " | 12 - 2 (paired) |",
+              "|---|---|" + "---:|" * (len(budgets) + 1)]
+    for name in (n for n in names if sweeps[n]):
+        for dec in DECODINGS:
+            recs = [r for r in sweeps[name] if r["decoding"] == dec]
+            rates = [100 * sum(solved_within(r, k) for r in recs) / len(recs) for k in budgets]
+            at = {k: page_values([{**r, "success": solved_within(r, k)} for r in recs]) for k in (2, 12)}
+            d = [100 * (at[12][p] - at[2][p]) for p in at[12]]
+            m = mean(d)
+            se = (sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5
+            lines.append(f"| {name} | {dec} | " + " | ".join(f"{x:.1f}" for x in rates) + f" | {m:+.1f} +- {se:.1f} |")
+    bc_runs = {k: [r for r in load(out / "tts" / f"bc-at-{k}") if r["run"] == "bc"] for k in (2, 4, 8)}
+    bc_runs[6] = [r for r in load(out / "ref" / "eval") if r["run"] == "bc"]
+    checks = [f"{k}: {s} of {n}" for k, recs in sorted(bc_runs.items()) if recs
+              for s, n in [prefixes_agree(sweeps["bc"], recs, k)]]
+    if checks:
+        lines += ["", "BC run alone at each budget, its episodes equal to the budget-12 run's first interactions: "
+                  + "; ".join(checks)]
+    return lines + [""]
+
+
+def login(out: Path) -> list[str]:
+    lines = ["## The log-in argument: BC on logged-in starts, on-policy M-GRPO on mixed starts (make demo-suite "
+             "from the base)", ""]
+    rows = []
+    for s in range(5):
+        path = out / "login" / f"s{s}" / "eval" / "results.json"
+        if not path.is_file():
+            continue
+        runs = json.loads(path.read_text())["runs"]
+        cols = {n: runs[n]["columns"] for n in ("bc", "rl")}
+        out_col = next(c for c in cols["rl"] if c.endswith("@out"))
+        rows.append((s, 100 * cols["bc"][out_col]["success_rate"], 100 * cols["rl"][out_col]["success_rate"]))
+    if not rows:
+        return lines + ["not run yet (`bash experiments/findings_base.sh login`)", ""]
+    lines += ["| seed | BC, logged out | BC + M-GRPO, logged out | composed (>= 10%) |", "|---:|---:|---:|---|"]
+    lines += [f"| {s} | {b:.1f} | {r:.1f} | {'yes' if r >= 10 else 'no'} |" for s, b, r in rows]
+    lines += ["", f"composed in {sum(r >= 10 for _, _, r in rows)} of {len(rows)} seeds (reproduces: >= 3 of 5)"]
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="runs/findings-base")
+    out = Path(ap.parse_args().out)
+    runs, runs192 = Runs(out), Runs(out)
+    runs.add(out / "ref" / "eval", {"rl": ref_rl(0)})
+    for path in sorted((out / "test").glob("*")):
+        (runs192 if path.name.startswith("cot-rl") else runs).add(path)
+    for path in sorted((out / "test192").glob("*")):
+        runs192.add(path)
+    if not runs.has("base", "bc", ref_rl(0)):
+        raise SystemExit(f"no reference evaluation in {out / 'ref' / 'eval'}: run findings_base.sh ref first")
+    counts = collections.Counter(r["decoding"] for recs in runs.by_name.values() for r in recs)
+    page = ["# The paper's other findings from the base, in seeds (issue 70)", "",
+            f"From {out} ({len(runs.by_name) + len(runs192.by_name)} evaluated models, {sum(counts.values())} "
+            "episodes at 64 new tokens); differences in points, paired by page (50 held-out pages per task).", ""]
+    page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs) + tts(out) + login(out)
+    (out / "findings.md").write_text("\n".join(page))
+    print("\n".join(page))
+
+
+if __name__ == "__main__":
+    main()

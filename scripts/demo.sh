@@ -11,8 +11,8 @@
 #                                  --mistakes 0.5), cloned as logged, as the paper's BC data are not solutions
 #                                  of the tasks RL trains on: what RL is for. clean: the scripted experts'
 #                                  successes, where BC is hard to beat (docs/results.md: the exchange rate)
-#   DEMO_SIZE=smoke|default|long   (default: default, 41 minutes on a 2-core CPU box from a fresh clone,
-#                                  measured at f59e9f1; smoke: a few minutes, on 2 of the tasks; long: twice
+#   DEMO_SIZE=smoke|default|long   (default: default, 38 minutes on a 2-core CPU box from a fresh clone,
+#                                  measured at 78a6eb4; smoke: a few minutes, on 2 of the tasks; long: twice
 #                                  the RL budget and 100 held-out pages per task)
 #   DEMO_TASKS=saturated           the first demo's 8 tasks, where BC saturates, with that demo's settings
 #                                  (clean data, BC 150 steps, M-GRPO 48 steps of B 4 x G 4 at lr 1e-4):

@@ -370,11 +370,18 @@ def action_timed_out(step: dict) -> bool:
 
 def task_counts(trajs: list[Trajectory], tasks: Sequence[webenv.Task]) -> dict[str, float]:
     """This rank's episodes ("task_n/ID") and successes ("task_ok/ID") of every task of the run, rolled out or
-    not: the same keys on every rank, as trainlib.all_reduce_mean needs."""
-    counts = {f"{k}/{t.task_id}": 0.0 for t in tasks for k in ("task_n", "task_ok")}
+    not: the same keys on every rank, as trainlib.all_reduce_mean needs. A task whose episodes start in several
+    ways by seed (``TaskFamily.start_kinds``: the site suite's logged-in and logged-out starts) is counted per
+    kind too, as "ID@KIND"."""
+    by_id = {t.task_id: (t, webenv.family_of(t)) for t in tasks}
+    names = [n for t, fam in by_id.values() for n in [t.task_id] + [f"{t.task_id}@{k}" for k in fam.start_kinds(t)]]
+    counts = {f"{k}/{n}": 0.0 for n in names for k in ("task_n", "task_ok")}
     for t in trajs:
-        counts[f"task_n/{t.task_id}"] += 1
-        counts[f"task_ok/{t.task_id}"] += t.reward > 0
+        task, fam = by_id[t.task_id]
+        kind = fam.start_kinds(task) and fam.start_kind(dataclasses.replace(task, seed=t.seed))
+        for name in [t.task_id] + ([f"{t.task_id}@{kind}"] if kind else []):
+            counts[f"task_n/{name}"] += 1
+            counts[f"task_ok/{name}"] += t.reward > 0
     return counts
 
 

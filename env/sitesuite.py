@@ -323,6 +323,14 @@ class SuiteFamily(webarena.WebArenaFamily):
     def column(self, task: Task) -> str:
         return task.task_id.removeprefix("suite/")
 
+    def start_kinds(self, task: Task) -> tuple[str, ...]:
+        """A family with logged-out starts, not forced to one (``@in`` / ``@out``): ("in", "out") by seed."""
+        fam, start = split_name(self.column(task))
+        return ("in", "out") if fam.login_starts and not start else ()
+
+    def start_kind(self, task: Task) -> str:
+        return "in" if starts_logged_in(self.column(task), task.seed) else "out"
+
 
 register_family(SuiteFamily())
 

@@ -215,6 +215,15 @@ class TaskFamily:
         """The results-table column of ``task`` (eval.py groups success rates by it). Default: the task id."""
         return task.task_id
 
+    def start_kinds(self, task: Task) -> tuple[str, ...]:
+        """The kinds of start ``task``'s episodes have by seed, where there are several (an RL step counts each
+        kind's rollouts apart too, ``rollout/success/ID@KIND``); () = one kind (the default)."""
+        return ()
+
+    def start_kind(self, task: Task) -> str:
+        """The kind of start of ``task``'s episode at its seed, one of ``start_kinds(task)``."""
+        return ""
+
 
 _FAMILIES: dict[str, TaskFamily] = {}
 

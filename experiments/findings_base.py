@@ -195,12 +195,21 @@ def login(out: Path) -> list[str]:
         runs = json.loads(path.read_text())["runs"]
         cols = {n: runs[n]["columns"] for n in ("bc", "rl")}
         out_col = next(c for c in cols["rl"] if c.endswith("@out"))
-        rows.append((s, 100 * cols["bc"][out_col]["success_rate"], 100 * cols["rl"][out_col]["success_rate"]))
+        # the rollouts of logged-out starts, step by step (train_mgrpo's rollout/success/ID@out)
+        metrics = out / "login" / f"s{s}" / "rl" / "metrics.jsonl"
+        steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+        key = next((k for m in steps for k in m if k.startswith("rollout/success/") and k.endswith("@out")), None)
+        outs = [(m["step"], m[key]) for m in steps if key in m]
+        first = next((step for step, rate in outs if rate > 0), None)
+        rows.append((s, 100 * cols["bc"][out_col]["success_rate"], 100 * cols["rl"][out_col]["success_rate"], first,
+                     100 * mean([rate for _, rate in outs])))
     if not rows:
         return lines + ["not run yet (`bash experiments/findings_base.sh login`)", ""]
-    lines += ["| seed | BC, logged out | BC + M-GRPO, logged out | composed (>= 10%) |", "|---:|---:|---:|---|"]
-    lines += [f"| {s} | {b:.1f} | {r:.1f} | {'yes' if r >= 10 else 'no'} |" for s, b, r in rows]
-    lines += ["", f"composed in {sum(r >= 10 for _, _, r in rows)} of {len(rows)} seeds (reproduces: >= 3 of 5)"]
+    lines += ["| seed | BC, logged out | BC + M-GRPO, logged out | composed (>= 10%) | first step a logged-out "
+              "rollout succeeds | logged-out rollouts' success, mean over steps |", "|---:|---:|---:|---|---:|---:|"]
+    lines += [f"| {s} | {b:.1f} | {r:.1f} | {'yes' if r >= 10 else 'no'} | {first if first is not None else 'none'} "
+              f"| {roll:.1f} |" for s, b, r, first, roll in rows]
+    lines += ["", f"composed in {sum(r[2] >= 10 for r in rows)} of {len(rows)} seeds (reproduces: >= 3 of 5)"]
     return lines + [""]
 
 

@@ -159,12 +159,21 @@ def test_plot_metrics_smoothed_and_per_task(tmp_path):
 
 
 def test_per_task_success_metrics_reduce_over_ranks():
+    """rollout.task_counts and task_success: each task's success in a step, reduced over ranks (the same keys on
+    every rank); the site suite's mixed-start task counted per start too (even seeds logged in, odd out)."""
+    import env
     import rollout
-    tasks = [SimpleNamespace(task_id=t) for t in ("miniwob/a", "miniwob/b", "miniwob/c")]
-    traj = lambda task_id, reward: SimpleNamespace(task_id=task_id, reward=reward)   # noqa: E731
-    rank0 = rollout.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 0.0), traj("miniwob/b", 0.0)], tasks)
-    rank1 = rollout.task_counts([traj("miniwob/a", 1.0), traj("miniwob/a", 1.0)], tasks)
+    tasks = env.load_tasks("miniwob:click-button,click-link,click-tab") + env.load_tasks("suite:stop-newsletter")
+    a, b, _, suite = (t.task_id for t in tasks)
+    traj = lambda task_id, reward, seed=0: SimpleNamespace(task_id=task_id, reward=reward, seed=seed)   # noqa: E731
+    rank0 = rollout.task_counts([traj(a, 1.0), traj(a, 0.0), traj(b, 0.0), traj(suite, 1.0, 4)], tasks)
+    rank1 = rollout.task_counts([traj(a, 1.0), traj(a, 1.0), traj(suite, 0.0, 7), traj(suite, 1.0, 9)], tasks)
     assert set(rank0) == set(rank1)                     # the same keys on every rank (_all_reduce_mean)
     mean = {k: (rank0[k] + rank1[k]) / 2 for k in rank0}
     stats = rollout.task_success({"rollout/success_rate": 0.6, **mean})
-    assert stats == {"rollout/success_rate": 0.6, "rollout/success/miniwob/a": 0.75, "rollout/success/miniwob/b": 0.0}
+    assert stats == {"rollout/success_rate": 0.6, f"rollout/success/{a}": 0.75, f"rollout/success/{b}": 0.0,
+                     f"rollout/success/{suite}": 2 / 3, f"rollout/success/{suite}@in": 1.0,
+                     f"rollout/success/{suite}@out": 0.5}
+    forced = env.load_tasks("suite:stop-newsletter@out")                # one kind of start: counted once
+    assert rollout.task_counts([traj(forced[0].task_id, 1.0, 3)], forced) == {
+        f"task_n/{forced[0].task_id}": 1.0, f"task_ok/{forced[0].task_id}": 1.0}

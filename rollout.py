@@ -374,11 +374,12 @@ def task_counts(trajs: list[Trajectory], tasks: Sequence[webenv.Task]) -> dict[s
     ways by seed (``TaskFamily.start_kinds``: the site suite's logged-in and logged-out starts) is counted per
     kind too, as "ID@KIND"."""
     by_id = {t.task_id: (t, webenv.family_of(t)) for t in tasks}
-    names = [n for t, fam in by_id.values() for n in [t.task_id] + [f"{t.task_id}@{k}" for k in fam.start_kinds(t)]]
+    kinds = {task_id: fam.start_kinds(t) for task_id, (t, fam) in by_id.items()}
+    names = [n for task_id, ks in kinds.items() for n in [task_id] + [f"{task_id}@{k}" for k in ks]]
     counts = {f"{k}/{n}": 0.0 for n in names for k in ("task_n", "task_ok")}
     for t in trajs:
         task, fam = by_id[t.task_id]
-        kind = fam.start_kinds(task) and fam.start_kind(dataclasses.replace(task, seed=t.seed))
+        kind = kinds[t.task_id] and fam.start_kind(dataclasses.replace(task, seed=t.seed))
         for name in [t.task_id] + ([f"{t.task_id}@{kind}"] if kind else []):
             counts[f"task_n/{name}"] += 1
             counts[f"task_ok/{name}"] += t.reward > 0

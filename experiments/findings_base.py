@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval_stats import page_values, paired, solved_within  # noqa: E402
+from eval_stats import paired, solved_within  # noqa: E402
 from recipe_seeds import T975, mean, seeds_se  # noqa: E402  (experiments/, the script's own directory)
 
 SEEDS = (0, 1, 2)
@@ -169,11 +169,10 @@ def tts(out: Path) -> list[str]:
         for dec in DECODINGS:
             recs = [r for r in sweeps[name] if r["decoding"] == dec]
             rates = [100 * sum(solved_within(r, k) for r in recs) / len(recs) for k in budgets]
-            at = {k: page_values([{**r, "success": solved_within(r, k)} for r in recs]) for k in (2, 12)}
-            d = [100 * (at[12][p] - at[2][p]) for p in at[12]]
-            m = mean(d)
-            se = (sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5
-            lines.append(f"| {name} | {dec} | " + " | ".join(f"{x:.1f}" for x in rates) + f" | {m:+.1f} +- {se:.1f} |")
+            at = [{**r, "run": str(k), "success": solved_within(r, k)} for k in (2, 12) for r in recs]
+            d = paired(at, ["2", "12"])["12 - 2"]            # budget 12 against 2, paired by page
+            lines.append(f"| {name} | {dec} | " + " | ".join(f"{x:.1f}" for x in rates)
+                         + f" | {100 * d['diff']:+.1f} +- {100 * d['stderr']:.1f} |")
     bc_runs = {k: [r for r in load(out / "tts" / f"bc-at-{k}") if r["run"] == "bc"] for k in (2, 4, 8)}
     bc_runs[6] = [r for r in load(out / "ref" / "eval") if r["run"] == "bc"]
     checks = [f"{k}: {s} of {n}" for k, recs in sorted(bc_runs.items()) if recs

@@ -454,7 +454,11 @@ def _scored(model, inputs: dict[str, torch.Tensor], rows: torch.Tensor, cols: to
     empty = len(rows) == 0
     if empty:                                                          # score one position, weighted 0
         rows, cols, targets = rows.new_zeros(1), cols.new_zeros(1), targets.new_zeros(1)
-    lp, ent, hit = _TargetLogprobs.apply(head(hidden[rows, cols]), targets, temperature, chunk_tokens)  # [K]
+    # the positions by index_select, not hidden[rows, cols]: a context's last position predicts the first token of
+    # each of its actions, and the backward of advanced indexing adds such repeats with atomic adds across CPU
+    # threads, in an order that varies run to run; index_select's (index_add_) adds them in index order
+    at_positions = hidden.flatten(0, 1).index_select(0, rows * hidden.shape[1] + cols)             # [K, H]
+    lp, ent, hit = _TargetLogprobs.apply(head(at_positions), targets, temperature, chunk_tokens)   # [K]
     logp = torch.zeros(shape, dtype=torch.float32, device=hidden.device)
     entropy, top1 = torch.zeros_like(logp), torch.zeros_like(logp)
     if empty:

@@ -365,6 +365,34 @@ def test_packed_logprobs_equal_a_row_per_sample_and_their_gradients():
         torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-6)
 
 
+def test_packed_gradient_is_the_same_bits_run_after_run_on_two_threads():
+    """The update's gradient is a function of its inputs on a multi-threaded CPU: one context shared by 48 actions
+    repeats its last position 48 times among the scored positions, and the backward of ``hidden[rows, cols]``
+    added those repeats with atomic adds across torch's threads, in an order that varied from run to run (one run
+    of four of make demo's M-GRPO drew its step-2 gradient differently in the last bits; this test, on that
+    code, 7 of 10 runs differed from the first). ``_scored`` takes them by index_select, whose backward adds in
+    index order."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=300, hidden_size=128, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2)).float()
+    ctx = torch.randint(3, 300, (30,)).tolist()
+    samples = [Sample(ctx + a, [0] * len(ctx) + [1] * len(a)) for a in torch.randint(3, 300, (48, 6)).tolist()]
+    weight = torch.rand(len(samples))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)             # (48 x 6 positions x 128 features: the size at which torch parallelises)
+    try:
+        grads = []
+        for _ in range(11):
+            model.zero_grad()
+            logp, _, mask = trainlib.packed_logprobs(model, samples, 0, "cpu", 1.0)
+            (-(logp * mask * weight[:, None]).sum()).backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    finally:
+        torch.set_num_threads(threads)
+    assert sum(not torch.equal(grads[0], g) for g in grads[1:]) == 0
+
+
 def test_context_batches_keep_a_context_together():
     """The update's micro-batches: at most ``size`` samples, every sample once, a context's samples in one
     micro-batch unless they are more than ``size``, the contexts of one sample first, then shorter ones first."""

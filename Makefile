@@ -32,10 +32,8 @@ demo-saturated: setup
 demo-suite: setup
 	@bash scripts/demo_suite.sh
 
-# The paper's other findings in the demo's miniature: test-time scaling, thinking vs plain, R1-CoT, R1-Zero
-# (FINDINGS="tts plain cot zero r1zero filtered" picks stages; the first four measured with the untrained tiny
-# model, the demo's earlier configuration, whose run goes to runs/demo-scratch; r1zero: R1-Zero on make demo's
-# tasks and RL budget, from the pretrained base; filtered: BC on make demo's log filtered to successes, ~17 min).
+# The paper's other findings from make demo's base, tasks, log and recipe, in seeds (FINDINGS="ref r1zero cot plain
+# tts login filtered" picks stages; all of them ~11 hours on 2 CPU cores, each resumable; scripts/demo_findings.sh).
 demo-findings: setup
 	@bash scripts/demo_findings.sh
 

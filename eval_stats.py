@@ -9,6 +9,8 @@ What it implements
 - ``stderr``: the SE of a success rate (or pass@k) over pages, stratified by task.
 - ``paired``: each run against every earlier one on the pages both ran, the mean difference and its SE.
 - ``summarize``: results.json's "runs" (per task, per column, overall; SR within each interaction budget).
+- ``across_seeds``: a difference measured in several training seeds, its mean with a 95% t-interval from the
+  seeds' spread (the seed, not the page, is then the unit).
 
 How to run
     .venv/bin/python -m pytest -q tests/test_eval.py -k "pass_at or stderr or paired"
@@ -93,6 +95,20 @@ def _cell(recs: list[dict]) -> dict[str, Any]:
 def solved_within(rec: dict, k: int) -> bool:
     """Fig. 5: the episode succeeded using at most k interactions (what a budget-k run would give)."""
     return rec["success"] and rec["num_steps"] <= k
+
+
+# Student's t, 97.5% quantile, by degrees of freedom: the 95% interval of a mean over n seeds is mean +- t[n-1] SE
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def across_seeds(xs: list[float]) -> tuple[float, float, float]:
+    """(mean, SE, half-width of the 95% t-interval) of one value measured in each of several seeds; the SE is
+    that of a mean from the seeds' spread (n - 1), nan (both) for a single seed."""
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, float("nan"), float("nan")
+    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+    return m, se, T975[len(xs) - 1] * se
 
 
 def summarize(records: list[dict], budgets: list[int]) -> dict[str, Any]:

@@ -20,7 +20,11 @@ import collections
 import json
 import math
 import re
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from eval_stats import across_seeds  # noqa: E402
 
 
 def mean(xs: list[float]) -> float:
@@ -29,22 +33,13 @@ def mean(xs: list[float]) -> float:
 
 def seeds_se(xs: list[float]) -> float:
     """The SE of a mean over seeds, from their spread (n - 1); nan for one seed."""
-    if len(xs) < 2:
-        return float("nan")
-    m = mean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
-
-
-# Student's t, 97.5% quantile, by degrees of freedom: the 95% interval of a mean over n seeds is mean +- t[n-1] SE
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+    return across_seeds(xs)[1]
 
 
 def interval(xs: list[float]) -> str:
     """A mean over seeds with its 95% t-interval, e.g. "+8.1 [+5.0, +11.2]"."""
-    if len(xs) < 2:
-        return f"{mean(xs):+.1f}"
-    half = T975[len(xs) - 1] * seeds_se(xs)
-    return f"{mean(xs):+.1f} [{mean(xs) - half:+.1f}, {mean(xs) + half:+.1f}]"
+    m, _, half = across_seeds(xs)
+    return f"{m:+.1f}" if len(xs) < 2 else f"{m:+.1f} [{m - half:+.1f}, {m + half:+.1f}]"
 
 
 def rollout_summary(metrics: Path) -> dict[str, float]:

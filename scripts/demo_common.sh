@@ -7,7 +7,7 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
 # (docs/history.md, "Choosing the demo's tasks": BC's validation success in [20%, 70%], closest to 45% first)
 TASKS=miniwob:click-widget,email-inbox-reply,email-inbox-forward-nl,navigate-tree,email-inbox-star-reply,email-inbox-noscroll,email-inbox-forward-nl-turk,click-option
 # The first demo's 8 tasks (the last three multi-step), where BC saturates: the saturated case of
-# docs/history.md, the candidates' exclusion list and the configuration make demo-findings measured
+# docs/history.md, the candidates' exclusion list and the configuration of the findings measured before the base
 SATURATED_TASKS=miniwob:click-button,click-link,click-dialog,click-tab,focus-text,click-checkboxes,click-collapsible-2,login-user
 # make demo's M-GRPO, chosen on validation pages by the rule of experiments/demo_budget.sh (issue 32; the script
 # is at commit e8dff0f, its runs in docs/history.md):

@@ -1,127 +1,149 @@
 #!/usr/bin/env bash
-# `make demo-findings`: the paper's other findings in the miniature of `make demo` (same 8 MiniWoB++ tasks,
-# tiny CPU model, held-out EVAL_SEEDS), each a stage that writes its own eval/results.{md,json}.
-# They were measured before the demo started from the pretrained base, and keep that configuration so that
-# the numbers of docs/results.md reproduce: the untrained tiny model ($MODEL), 80 demonstrations per task, BC 300 steps
-# at lr 2e-3 (the demo's run with those settings goes to runs/demo-scratch).
+# `make demo-findings`: the paper's other findings in make demo's miniature, from its pretrained base, on its 8
+# tasks, its log and its RL recipe, every RL row in seeds 0-2, every model evaluated on make demo's held-out pages
+# (50 per task) at the paper's decoding (T = 1, 2 samples per page, common random numbers) with greedy beside it.
+# The plan, committed before any run: docs/history.md, "Issue 70: the paper's other findings from the base, in
+# seeds". Minutes measured on this 2-core box (docs/results.md):
 #
-#   tts     test-time scaling (Fig. 5): untrained, BC and BC + M-GRPO of `make demo` at 2, 4, 6, 8, 12 interactions
-#   plain   thinking vs plain format (Table 3): BC on the same demonstrations written without <think>
-#   cot     R1-CoT (Sec. 3.4): BC on long-thought demonstrations (demos.py --thoughts long), then M-GRPO
-#   zero    R1-Zero: M-GRPO from the untrained model with the demo's RL budget
-#   r1zero  R1-Zero in `make demo` itself: M-GRPO from the pretrained base on make demo's 8 tasks with its RL
-#           budget and settings (RL_DEMO_* of demo_common.sh), evaluated beside the base on its held-out seeds
-#           (runs/demo's BC + M-GRPO is the row to compare with; this stage left make demo to keep it in 45 min)
-#   filtered the practitioner's fix that make demo's M-GRPO is measured against: BC of $BASE with make demo's
-#           recipe on its log (demos.py --mistakes 0.5, the same command, so the same file) filtered to the
-#           successes, evaluated on make demo's held-out pages at its decoding; make demo's own evaluation
-#           (MAIN_EVAL, default runs/demo/eval) joins the table when it is there, so RL - filtered BC is paired.
-#           ~17 minutes. Five seeds of the comparison: experiments/demo_recipe.sh (docs/results.md)
+#   ref      make demo's run (DEMO_OUT, default runs/demo; made first where it is missing, 38 min) is seed 0 of
+#            the reference rows; M-GRPO seeds 1 and 2 from its BC, each evaluated. ~2 x 20 min
+#   r1zero   R1-Zero: make demo's M-GRPO from the base (no BC), seeds 0-2. ~3 x 20 min
+#   cot      R1-CoT: make demo's log written with long thoughts (demos.py --thoughts long), BC of the base on it by
+#            make demo's recipe, M-GRPO seeds 0-2, all at up to 192 new tokens a turn; make demo's BC evaluated
+#            again at 192 (the pairs). ~2 hours
+#   plain    the thinking format: the same log in the plain format (--prompt short_plain, the bare action), BC,
+#            M-GRPO seeds 0-2, evaluated with that prompt. ~70 min
+#   tts      test-time interactions: base, BC and the ref seeds evaluated at budgets 2,4,6,8,12 (each read from
+#            the budget-12 episodes), and BC in runs of its own at 2, 4 and 8 (make demo's is at 6), whose episodes
+#            must be the first interactions of its budget-12 ones (the table counts them). ~2 hours
+#   login    the log-in argument: make demo-suite's command from the base (SUITE_MODEL), seeds 0-4. ~5 x 22 min
+#   filtered the practitioner's fix make demo's M-GRPO is measured against: BC of the base with make demo's recipe
+#            on its log filtered to the successes, joined to make demo's table (RL - filtered BC paired). ~17 min
+# Then the table of every stage run so far, scripts/findings_table.py -> $FINDINGS_OUT/findings.md (each row with
+# its seeds, their mean and 95% interval, and the plan's rule). A step whose output exists is not run again: a
+# stopped stage resumes at its first missing step.
 #
-# It reuses that demo run (DEMO_OUT, default runs/demo-scratch: its demos, BC and RL models) and runs it first
-# when it is missing (unless the stages picked are r1zero and filtered only, which do not use it).
-# FINDINGS="tts plain cot zero r1zero filtered" picks stages; FINDINGS_OUT=runs/findings is where
-# they go.
-# Budgets are that configuration's (80 demonstrations per task, BC 300 steps, RL 48 steps of 4 x G=4, 20 episodes per task);
-# FINDINGS_SIZE=smoke runs every stage in seconds-long budgets on 2 tasks.
+#   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 11 hours)
+#   FINDINGS_OUT=runs/findings   where they go;   DEMO_OUT=runs/demo   make demo's run
+#   FINDINGS_SIZE=smoke          every stage in seconds-long budgets on 2 tasks, one seed (the test suite's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # TASKS, SATURATED_TASKS, MODEL, BASE, RL_DEMO_*, stage, bc, rl
-MAIN_TASKS=$TASKS                        # make demo's tasks (the r1zero stage)
-TASKS=$SATURATED_TASKS                   # the tasks these findings were measured on (scripts/demo.sh reads it)
-DEMO=${DEMO_OUT:-runs/demo-scratch}
+source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, bc, rl, paper_*
+DEMO=${DEMO_OUT:-runs/demo}
 OUT=${FINDINGS_OUT:-runs/findings}
-STAGES=${FINDINGS:-tts plain cot zero r1zero filtered}
+STAGES=${FINDINGS:-ref r1zero cot plain tts login filtered}
+SIZE=${FINDINGS_SIZE:-default}
 
-EPISODES=80; BC_STEPS=300; RL_STEPS=48; B=4; G=4; EVAL=20; NEW=64
-# make demo's RL budget and flags and its held-out pages per task: the r1zero and filtered stages
-MAIN_STEPS=$RL_DEMO_STEPS; MAIN_B=$RL_DEMO_B; MAIN_G=$RL_DEMO_G; MAIN_FLAGS="$RL_DEMO_FLAGS $IN_PLACE"; MAIN_PAGES=50
-COT_NEW=192     # a long thought is ~100 tokens of the tiny tokenizer before the action
-TTS_STEPS=2,4,6,8,12
-# the filtered stage: make demo's tasks, data, BC recipe and decoding (scripts/demo.sh)
-F_TASKS=$MAIN_TASKS; F_EPISODES=20; F_BC_STEPS=300; F_NEW=64; F_TURNS=$TURNS
-MAIN_EVAL=${MAIN_EVAL:-runs/demo/eval}
-if [ "${FINDINGS_SIZE:-default}" = smoke ]; then      # the test suite's end-to-end check (tests/test_demo.py)
-  TASKS=miniwob:click-button,login-user; EPISODES=2; BC_STEPS=2; RL_STEPS=1; B=2; G=2; EVAL=1; BC_BATCH=4
-  MAIN_TASKS=$TASKS; MAIN_STEPS=1; MAIN_B=2; MAIN_G=2; MAIN_PAGES=1; IN_PLACE=""   # (in place: make demo's tasks only)
-  COT_NEW=64; TURNS=2   # the smoke's barely trained models write to the limit: shorter runs the same code
-  TTS_STEPS=1,2; MAIN_FLAGS="$RL_DEMO_FLAGS --eval-pages 1"   # a sweep of two budgets; the in-run check on one page per task
-  # make demo's smoke settings and 2 tasks (scripts/demo.sh), so that its run in DEMO_OUT joins the table
-  F_TASKS=$(echo "$F_TASKS" | cut -d, -f1,8); F_EPISODES=3; F_BC_STEPS=2; F_NEW=48; F_TURNS=2; MAIN_EVAL=$DEMO/eval
-fi
-mkdir -p "$OUT"
+# make demo's budgets (scripts/demo.sh), its size's
+SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=300; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
+NEW=64; TEST=50; COT_NEW=192    # a long thought is ~100 tokens of the tiny tokenizer before its action
+TTS_STEPS=2,4,6,8,12; TTS_ALONE="2 4 8"; RL_FLAGS="$RL_DEMO_FLAGS $RL_LOG_FLAGS $IN_PLACE"
+case "$SIZE" in
+  smoke)   # make demo's smoke (its 2 tasks, budgets and 2 interactions), one seed: the same code, in seconds
+    TASKS=$(echo "$TASKS" | cut -d, -f1,8); SEEDS=0; LOGIN_SEEDS=0; EPISODES=3; BC_STEPS=2; BC_BATCH=4; RL_STEPS=1
+    B=2; G=2; NEW=48; TEST=1; COT_NEW=64; TURNS=2; PAPER_STEPS=2; TTS_STEPS=1,2; TTS_ALONE=1
+    RL_FLAGS="$RL_DEMO_FLAGS --eval-pages 1 $RL_LOG_FLAGS $IN_PLACE" ;;
+  default) ;;
+  *) echo "FINDINGS_SIZE must be smoke or default" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT/test"
 
-needs_demo=""
-for s in $STAGES; do case "$s" in r1zero|filtered) ;; *) needs_demo=1 ;; esac; done
-if [ -n "$needs_demo" ] && [ ! -d "$DEMO/rl/hf" ]; then
-  stage "make demo first ($DEMO)"
-  DEMO_OUT="$DEMO" DEMO_TASKS="$TASKS" DEMO_DATA=clean DEMO_RL_FLAGS="" DEMO_MODEL="$MODEL" DEMO_EPISODES=$EPISODES \
-    DEMO_BC_STEPS=$BC_STEPS DEMO_BC_LR=2e-3 DEMO_RL_STEPS=$RL_STEPS DEMO_B=$B DEMO_G=$G DEMO_EVAL=$EVAL \
-    bash scripts/demo.sh
+if [ "$STAGES" != login ] && [ ! -s "$DEMO/eval/results.json" ]; then
+  stage "make demo first, into $DEMO (seed 0 of the reference rows)"
+  DEMO_OUT="$DEMO" DEMO_SIZE=$SIZE bash scripts/demo.sh
 fi
+
+# seed_run INIT NAME SEED [FLAGS...]: make demo's M-GRPO from INIT with --seed SEED (and FLAGS) into $OUT/NAME-sSEED,
+# evaluated on the held-out pages into $OUT/test/NAME-sSEED
+seed_run() {
+  [ -s "$OUT/$2-s$3/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $3 ${*:4}"
+    # shellcheck disable=SC2086  # the flags split into words
+    rl "$1" "$OUT/$2-s$3" "$RL_STEPS" "$NEW" $RL_FLAGS --seed "$3" "${@:4}"; }
+  paper_eval "$OUT/test/$2-s$3" "$2-s$3=$OUT/$2-s$3/hf" "$TEST"
+}
+
+# variant_bc DIR PROMPT [DEMOS_FLAGS...]: make demo's log (the same pages and mistakes) written with more demos.py
+# flags into DIR/demos.jsonl, and BC of the base on it by make demo's recipe (every logged episode) into DIR/bc
+variant_bc() {
+  local dir=$1 prompt=$2
+  [ -s "$dir/bc/hf/config.json" ] && return
+  stage "make demo's log ($DEMO_LOG_FLAGS ${*:3}) and BC of the base on it, into $dir"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086  # the flags split into words
+  $PY demos.py --tasks "$TASKS" --episodes "$EPISODES" --out "$dir/demos.jsonl" $DEMO_LOG_FLAGS "${@:3}"
+  bc "$dir/demos.jsonl" "$dir/bc" "$BC_STEPS" "$prompt" "$BASE" 1e-3 --no-only-successes
+}
+
+# the BC + M-GRPO model of reference seed S (seed 0: make demo's)
+ref_rl() { if [ "$1" = 0 ]; then echo "$DEMO/rl/hf"; else echo "$OUT/rl-s$1/hf"; fi; }
+
+ref_stage() {
+  local s
+  for s in $SEEDS; do [ "$s" = 0 ] || seed_run "$DEMO/bc/hf" rl "$s"; done
+}
+
+r1zero_stage() {
+  local s
+  for s in $SEEDS; do seed_run "$BASE" r1zero "$s"; done
+}
+
+cot_stage() {
+  local NEW=$COT_NEW s
+  variant_bc "$OUT/cot" short --thoughts long
+  paper_eval "$OUT/test192/bc" "bc=$DEMO/bc/hf" "$TEST"
+  paper_eval "$OUT/test192/cot-bc" "cot-bc=$OUT/cot/bc/hf" "$TEST"
+  for s in $SEEDS; do seed_run "$OUT/cot/bc/hf" cot-rl "$s"; done
+}
+
+plain_stage() {
+  local PAPER_PROMPT=short_plain s
+  variant_bc "$OUT/plain" short_plain --prompt short_plain
+  paper_eval "$OUT/test/plain-bc" "plain-bc=$OUT/plain/bc/hf" "$TEST"
+  for s in $SEEDS; do seed_run "$OUT/plain/bc/hf" plain-rl "$s" --prompt short_plain; done
+}
+
+tts_stage() {
+  local PAPER_STEPS=$TTS_STEPS s k
+  paper_eval "$OUT/tts/base" "base=$BASE" "$TEST"
+  paper_eval "$OUT/tts/bc" "bc=$DEMO/bc/hf" "$TEST"
+  for s in $SEEDS; do paper_eval "$OUT/tts/rl-s$s" "rl-s$s=$(ref_rl "$s")" "$TEST"; done
+  for k in $TTS_ALONE; do PAPER_STEPS=$k paper_eval "$OUT/tts/bc-at-$k" "bc=$DEMO/bc/hf" "$TEST"; done
+}
+
+login_stage() {
+  local s
+  for s in $LOGIN_SEEDS; do
+    [ -s "$OUT/login/s$s/eval/results.json" ] || { stage "make demo-suite from the base, seed $s"
+      SUITE_OUT="$OUT/login/s$s" SUITE_MODEL="$BASE" SUITE_SIZE=$SIZE SUITE_OUT_DEMOS=0 SUITE_RL_FLAGS="--seed $s" \
+        bash scripts/demo_suite.sh; }
+  done
+}
+
+filtered_stage() {
+  [ -s "$OUT/filtered/eval/results.json" ] || { stage "make demo's log filtered to successes: BC of $BASE"
+    # shellcheck disable=SC2086  # the flags split into words
+    $PY demos.py --tasks "$TASKS" --episodes "$EPISODES" $DEMO_LOG_FLAGS --out "$OUT/filtered/demos.jsonl"
+    bc "$OUT/filtered/demos.jsonl" "$OUT/filtered/bc" "$BC_STEPS" short "$BASE" 1e-3
+    paper_eval "$OUT/filtered/eval" "bc-filtered=$OUT/filtered/bc/hf" "$TEST"; }
+  cmp -s "$OUT/filtered/demos.jsonl" "$DEMO/demos.jsonl" \
+    || echo "$DEMO cloned other demonstrations (DEMO_DATA=clean?): not its log filtered" >&2
+  # the filtered BC first, so that each of make demo's rows is paired against it (rl - bc-filtered)
+  rm -rf "$OUT/filtered/table"
+  paper_table "$OUT/filtered/eval,$DEMO/eval" "$OUT/filtered/table" "$TEST" \
+    || echo "$DEMO/eval not joined (above: why); the table is without make demo's rows" >&2
+}
 
 for s in $STAGES; do
   case "$s" in
-  tts)
-    stage "test-time scaling: untrained / BC / BC + M-GRPO at $TTS_STEPS interactions"
-    $PY eval.py --temperature 0 --model "untrained=$MODEL,bc=$DEMO/bc/hf,rl=$DEMO/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
-      --prompt short --max-new-tokens "$NEW" --max-steps "$TTS_STEPS" --out "$OUT/tts" ;;
-  plain)
-    stage "thinking vs plain: BC on plain-format demonstrations (same pages), evaluated beside the demo's BC"
-    $PY demos.py --tasks "$TASKS" --episodes "$EPISODES" --prompt short_plain --out "$OUT/plain/demos.jsonl"
-    bc "$OUT/plain/demos.jsonl" "$OUT/plain/bc" "$BC_STEPS" short_plain
-    $PY eval.py --temperature 0 --model "bc-plain=$OUT/plain/bc/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short_plain \
-      --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/plain/eval" ;;
-  cot)
-    stage "R1-CoT: BC on long-thought demonstrations (same pages), then M-GRPO with the demo's budget"
-    $PY demos.py --tasks "$TASKS" --episodes "$EPISODES" --thoughts long --out "$OUT/cot/demos.jsonl"
-    bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc" "$BC_STEPS" short
-    rl "$OUT/cot/bc/hf" "$OUT/cot/rl" "$RL_STEPS" "$COT_NEW"
-    $PY eval.py --temperature 0 --model "bc-cot=$OUT/cot/bc/hf,rl-cot=$OUT/cot/rl/hf" --tasks "$TASKS" --episodes "$EVAL" \
-      --prompt short --max-new-tokens "$COT_NEW" --max-steps "$TURNS" --out "$OUT/cot/eval" ;;
-  zero)
-    stage "R1-Zero: M-GRPO from the untrained model, the demo's RL budget"
-    rl "$MODEL" "$OUT/zero/rl" "$RL_STEPS" "$NEW"
-    $PY eval.py --temperature 0 --model "r1-zero=$OUT/zero/rl/hf" --tasks "$TASKS" --episodes "$EVAL" --prompt short \
-      --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/zero/eval" ;;
-  r1zero)
-    stage "R1-Zero on make demo's tasks: M-GRPO from $BASE (no BC), $MAIN_STEPS steps of $MAIN_B x G=$MAIN_G"
-    # shellcheck disable=SC2086  # the flags split into words
-    TASKS=$MAIN_TASKS B=$MAIN_B G=$MAIN_G rl "$BASE" "$OUT/r1zero/rl" "$MAIN_STEPS" "$NEW" $MAIN_FLAGS
-    $PY eval.py --temperature 0 --model "base=$BASE,r1-zero=$OUT/r1zero/rl/hf" --tasks "$MAIN_TASKS" --episodes "$MAIN_PAGES" \
-      --prompt short --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/r1zero/eval" ;;
-  filtered)
-    stage "make demo's log filtered to successes: BC of $BASE, $F_BC_STEPS steps, beside make demo's rows"
-    # shellcheck disable=SC2086  # the flags split into words
-    $PY demos.py --tasks "$F_TASKS" --episodes "$F_EPISODES" $DEMO_LOG_FLAGS --out "$OUT/filtered/demos.jsonl"
-    bc "$OUT/filtered/demos.jsonl" "$OUT/filtered/bc" "$F_BC_STEPS" short "$BASE" 1e-3
-    f_eval=(--tasks "$F_TASKS" --episodes "$MAIN_PAGES" --samples "$EVAL_SAMPLES" --greedy --prompt short
-            --max-new-tokens "$F_NEW" --max-steps "$F_TURNS")
-    # shellcheck disable=SC2086  # IN_PLACE: no word, or one
-    $PY eval.py --model "bc-filtered=$OUT/filtered/bc/hf" "${f_eval[@]}" --concurrency 8 --out "$OUT/filtered/eval" \
-      $IN_PLACE
-    rm -rf "$OUT/filtered/table"      # make demo's base, BC and RL joined (RL paired with the filtered BC), if it ran
-    if [ -s "$MAIN_EVAL/results.json" ]; then   # (with the same settings: eval.py names what differs, if anything)
-      cmp -s "$OUT/filtered/demos.jsonl" "$(dirname "$MAIN_EVAL")/demos.jsonl" \
-        || echo "$(dirname "$MAIN_EVAL") cloned other demonstrations (DEMO_DATA=clean?): not its log filtered" >&2
-      # the filtered BC first, so that each of make demo's rows is paired against it (rl - bc-filtered)
-      $PY eval.py --model "" --reuse "$OUT/filtered/eval,$MAIN_EVAL" "${f_eval[@]}" --out "$OUT/filtered/table" \
-        || echo "$MAIN_EVAL not joined (above: why); the table is without make demo's rows" >&2
-    fi ;;
-  *) echo "unknown stage $s (tts plain cot zero r1zero filtered)" >&2; exit 2 ;;
+    ref|r1zero|cot|plain|tts|login|filtered) "${s}_stage" ;;
+    *) echo "unknown stage $s (ref r1zero cot plain tts login filtered)" >&2; exit 2 ;;
   esac
   echo "stage $s done at $(( $(date +%s) - start ))s"
 done
 
-stage "done in $(( $(date +%s) - start ))s"
-for d in tts/results.md plain/eval/results.md cot/eval/results.md zero/eval/results.md r1zero/eval/results.md; do
-  [ -f "$OUT/$d" ] && { echo "== $OUT/$d"; sed -n '1,12p' "$OUT/$d"; }
-done
-# the filtered table: every decoding side by side, with the paired differences (rl - bc-filtered among them)
-for d in filtered/table filtered/eval; do
-  if [ -f "$OUT/$d/results.md" ]; then
-    echo "== $OUT/$d/results.md"
-    sed -n '/^## Every decoding/,/^## Prompting/p' "$OUT/$d/results.md" | sed '$d'
-    break
-  fi
-done
+stage "the findings so far (scripts/findings_table.py), done in $(( $(date +%s) - start ))s"
+$PY scripts/findings_table.py --out "$OUT" --demo "$DEMO"
+if [ -f "$OUT/filtered/table/results.md" ]; then   # every decoding side by side, rl - bc-filtered among them
+  echo; echo "== $OUT/filtered/table/results.md"
+  sed -n '/^## Every decoding/,/^## Prompting/p' "$OUT/filtered/table/results.md" | sed '$d'
+fi

@@ -1,12 +1,13 @@
-"""The paper's other findings from the pretrained base, in seeds (issue 70): experiments/findings_base.sh's runs read
-into one page, ``<out>/findings.md``, each row against the rule its plan fixed before any run (docs/history.md,
-"Issue 70: the paper's other findings from the base, in seeds").
+"""The table of `make demo-findings` (scripts/demo_findings.sh): the paper's other findings from the pretrained base,
+in seeds, read from its stages' evaluations into one page, ``<out>/findings.md``, each row against the rule its
+plan fixed before any run (docs/history.md, "Issue 70: the paper's other findings from the base, in seeds").
 
 Every difference is paired by page (the held-out pages, 50 per task), at T = 1 (2 samples per page, common random
 numbers: the paper's decoding) and greedy; a row measured in seeds gives each seed's difference and their mean with
-a 95% t-interval from the seeds' spread. A stage not run yet is left out (its row says so).
+a 95% t-interval from the seeds' spread. A stage not run yet is left out (its row says so). Make demo's own run
+(``--demo``) is seed 0 of the reference rows.
 
-    .venv/bin/python experiments/findings_base.py --out runs/findings-base
+    .venv/bin/python scripts/findings_table.py --out runs/findings --demo runs/demo
 """
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval_stats import paired, solved_within  # noqa: E402
-from recipe_seeds import T975, mean, seeds_se  # noqa: E402  (experiments/, the script's own directory)
+from eval_stats import across_seeds, paired, solved_within  # noqa: E402
 
 SEEDS = (0, 1, 2)
 DECODINGS = ("T = 1", "greedy")
@@ -66,17 +66,16 @@ def seeds_line(values: list[float]) -> str:
     each = ", ".join(f"{v:+.1f}" for v in values)
     if len(values) < 2:
         return each
-    m, se = mean(values), seeds_se(values)
-    t = T975[len(values) - 1]
-    return f"{each}; mean {m:+.1f} [95%: {m - t * se:+.1f}, {m + t * se:+.1f}]"
+    m, _, half = across_seeds(values)
+    return f"{each}; mean {m:+.1f} [95%: {m - half:+.1f}, {m + half:+.1f}]"
 
 
 def excludes_zero(values: list[float], sign: int) -> bool:
     """Whether the 95% interval of the seeds' mean lies on the ``sign`` side of 0."""
     if len(values) < 2:
         return False
-    m, se = mean(values), seeds_se(values)
-    return sign * (m - sign * T975[len(values) - 1] * se) > 0
+    m, _, half = across_seeds(values)
+    return sign * (m - sign * half) > 0
 
 
 def ref_rl(seed: int) -> str:
@@ -97,7 +96,7 @@ def r1zero(runs: Runs) -> list[str]:
     lines = ["## R1-Zero: M-GRPO from the base, no BC (paper: far below BC + M-GRPO, near the base)", ""]
     seeds = [s for s in SEEDS if runs.has(f"r1zero-s{s}", ref_rl(s))]
     if not seeds:
-        return lines + ["not run yet (`bash experiments/findings_base.sh r1zero`)", ""]
+        return lines + ["not run yet (`FINDINGS=r1zero make demo-findings`)", ""]
     for dec in DECODINGS:
         vs_rl = [runs.diff(f"r1zero-s{s}", ref_rl(s), dec)["diff"] for s in seeds]
         vs_base = [runs.diff(f"r1zero-s{s}", "base", dec)["diff"] for s in seeds]
@@ -111,7 +110,7 @@ def cot(runs: Runs, runs192: Runs) -> list[str]:
     lines = ["## R1-CoT: long thoughts in BC, then M-GRPO, at 192 new tokens (paper: BC 24.5 vs 20.0, RL +5.8 vs "
              "+13.9)", ""]
     if not runs192.has("bc", "cot-bc"):
-        return lines + ["not run yet (`bash experiments/findings_base.sh cot`)", ""]
+        return lines + ["not run yet (`FINDINGS=cot make demo-findings`)", ""]
     seeds = [s for s in SEEDS if runs192.has(f"cot-rl-s{s}") and runs.has(ref_rl(s))]
     for dec in DECODINGS:
         a = runs192.diff("cot-bc", "bc", dec)
@@ -132,7 +131,7 @@ def plain(runs: Runs) -> list[str]:
              "interactions)", ""]
     seeds = [s for s in SEEDS if runs.has(f"plain-rl-s{s}", ref_rl(s))]
     if not runs.has("plain-bc"):
-        return lines + ["not run yet (`bash experiments/findings_base.sh plain`)", ""]
+        return lines + ["not run yet (`FINDINGS=plain make demo-findings`)", ""]
     for dec in DECODINGS:
         b = runs.diff("bc", "plain-bc", dec)
         line = (f"- {dec}: BC - plain BC {b['diff']:+.1f} +- {b['stderr']:.1f}; interactions BC "
@@ -155,30 +154,34 @@ def prefixes_agree(sweep: list[dict], alone: list[dict], budget: int) -> tuple[i
     return same, len(alone)
 
 
-def tts(out: Path) -> list[str]:
+def tts(out: Path, demo: Path) -> list[str]:
     lines = ["## Test-time interactions (paper, Fig. 5: success rises with the budget)", ""]
-    budgets = (2, 4, 6, 8, 12)
     names = ["base", "bc"] + [ref_rl(s) for s in SEEDS]
     dirs = {"base": "base", "bc": "bc", **{ref_rl(s): f"rl-s{s}" for s in SEEDS}}
     sweeps = {n: [r for r in load(out / "tts" / dirs[n]) if r["run"] == n] for n in names}
-    if not any(sweeps.values()):
-        return lines + ["not run yet (`bash experiments/findings_base.sh tts`)", ""]
-    lines += ["| model | decoding | " + " | ".join(f"<= {k}" for k in budgets) + " | 12 - 2 (paired) |",
+    if not sweeps["bc"]:
+        return lines + ["not run yet (`FINDINGS=tts make demo-findings`)", ""]
+    budgets = json.loads((out / "tts" / "bc" / "results.json").read_text())["budgets"]   # the sweep's (2, ..., 12)
+    lo, hi = str(budgets[0]), str(budgets[-1])
+    lines += ["| model | decoding | " + " | ".join(f"<= {k}" for k in budgets) + f" | {hi} - {lo} (paired) |",
               "|---|---|" + "---:|" * (len(budgets) + 1)]
     for name in (n for n in names if sweeps[n]):
         for dec in DECODINGS:
             recs = [r for r in sweeps[name] if r["decoding"] == dec]
             rates = [100 * sum(solved_within(r, k) for r in recs) / len(recs) for k in budgets]
-            at = [{**r, "run": str(k), "success": solved_within(r, k)} for k in (2, 12) for r in recs]
-            d = paired(at, ["2", "12"])["12 - 2"]            # budget 12 against 2, paired by page
+            at = [{**r, "run": k, "success": solved_within(r, int(k))} for k in (lo, hi) for r in recs]
+            d = paired(at, [lo, hi])[f"{hi} - {lo}"]            # the largest budget against the smallest, by page
             lines.append(f"| {name} | {dec} | " + " | ".join(f"{x:.1f}" for x in rates)
                          + f" | {100 * d['diff']:+.1f} +- {100 * d['stderr']:.1f} |")
-    bc_runs = {k: [r for r in load(out / "tts" / f"bc-at-{k}") if r["run"] == "bc"] for k in (2, 4, 8)}
-    bc_runs[6] = [r for r in load(out / "ref" / "eval") if r["run"] == "bc"]
+    bc_runs = {int(p.name.split("-")[-1]): [r for r in load(p) if r["run"] == "bc"]
+               for p in (out / "tts").glob("bc-at-*")}
+    if (demo / "eval" / "results.json").is_file():   # make demo's own BC, at make demo's budget (6)
+        at = max(json.loads((demo / "eval" / "results.json").read_text())["budgets"])
+        bc_runs[at] = [r for r in load(demo / "eval") if r["run"] == "bc"]
     checks = [f"{k}: {s} of {n}" for k, recs in sorted(bc_runs.items()) if recs
               for s, n in [prefixes_agree(sweeps["bc"], recs, k)]]
     if checks:
-        lines += ["", "BC run alone at each budget, its episodes equal to the budget-12 run's first interactions: "
+        lines += ["", f"BC run alone at each budget, its episodes equal to the budget-{hi} run's first interactions: "
                   + "; ".join(checks)]
     return lines + [""]
 
@@ -201,9 +204,9 @@ def login(out: Path) -> list[str]:
         outs = [(m["step"], m[key]) for m in steps if key in m]
         first = next((step for step, rate in outs if rate > 0), None)
         rows.append((s, 100 * cols["bc"][out_col]["success_rate"], 100 * cols["rl"][out_col]["success_rate"], first,
-                     100 * mean([rate for _, rate in outs])))
+                     100 * sum(rate for _, rate in outs) / max(len(outs), 1)))
     if not rows:
-        return lines + ["not run yet (`bash experiments/findings_base.sh login`)", ""]
+        return lines + ["not run yet (`FINDINGS=login make demo-findings`)", ""]
     lines += ["| seed | BC, logged out | BC + M-GRPO, logged out | composed (>= 10%) | first step a logged-out "
               "rollout succeeds | logged-out rollouts' success, mean over steps |", "|---:|---:|---:|---|---:|---:|"]
     lines += [f"| {s} | {b:.1f} | {r:.1f} | {'yes' if r >= 10 else 'no'} | {first if first is not None else 'none'} "
@@ -214,21 +217,25 @@ def login(out: Path) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="runs/findings-base")
-    out = Path(ap.parse_args().out)
+    ap.add_argument("--out", default="runs/findings", help="make demo-findings' output (FINDINGS_OUT)")
+    ap.add_argument("--demo", default="runs/demo", help="make demo's run, seed 0 of the reference rows (DEMO_OUT)")
+    args = ap.parse_args()
+    out, demo = Path(args.out), Path(args.demo)
     runs, runs192 = Runs(out), Runs(out)
-    runs.add(out / "ref" / "eval", {"rl": ref_rl(0)})
+    runs.add(demo / "eval", {"rl": ref_rl(0)})
     for path in sorted((out / "test").glob("*")):
         (runs192 if path.name.startswith("cot-rl") else runs).add(path)
     for path in sorted((out / "test192").glob("*")):
         runs192.add(path)
     if not runs.has("base", "bc", ref_rl(0)):
-        raise SystemExit(f"no reference evaluation in {out / 'ref' / 'eval'}: run findings_base.sh ref first")
-    counts = collections.Counter(r["decoding"] for recs in runs.by_name.values() for r in recs)
+        raise SystemExit(f"no evaluation of make demo in {demo / 'eval'}: run make demo (or FINDINGS=ref) first")
+    args_of = json.loads((demo / "eval" / "results.json").read_text())["args"]   # make demo's evaluation
+    counts = collections.Counter(r["decoding"] for rs in (runs, runs192) for recs in rs.by_name.values() for r in recs)
     page = ["# The paper's other findings from the base, in seeds (issue 70)", "",
-            f"From {out} ({len(runs.by_name) + len(runs192.by_name)} evaluated models, {sum(counts.values())} "
-            "episodes at 64 new tokens); differences in points, paired by page (50 held-out pages per task).", ""]
-    page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs) + tts(out) + login(out)
+            f"From {out} and {demo} ({len(runs.by_name) + len(runs192.by_name)} evaluated models, "
+            f"{sum(counts.values())} episodes at {args_of['max_new_tokens']} new tokens, R1-CoT's at more); "
+            f"differences in points, paired by page ({args_of['episodes']} held-out pages per task).", ""]
+    page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs) + tts(out, demo) + login(out)
     (out / "findings.md").write_text("\n".join(page))
     print("\n".join(page))
 

@@ -61,30 +61,39 @@ def check_demo_smoke(out: Path) -> None:
 
 
 def check_findings_smoke(demo: Path, out: Path) -> None:
-    """`make demo-findings` at smoke size on top of the smoke demo's run: every stage writes its results, but
-    zero, which runs r1zero's two commands (M-GRPO, then eval.py) from another model (the untrained one)."""
+    """`make demo-findings` at smoke size on top of the smoke demo's run (seed 0 of its reference rows): every
+    stage but login (make demo-suite from the base: the suite's own smoke runs beside) writes its evaluations,
+    and the table reads them."""
     proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
                           env=_environ(DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out),
-                                       FINDINGS="tts plain cot r1zero filtered"), timeout=1500)
+                                       FINDINGS="ref r1zero cot plain tts filtered"), timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "make demo first" not in log                   # it reused the demo's run
-    for results in ("tts", "plain/eval", "cot/eval", "r1zero/eval", "filtered/eval"):
+    for results in ("test/r1zero-s0", "test/cot-rl-s0", "test192/bc", "test192/cot-bc", "test/plain-bc",
+                    "test/plain-rl-s0", "tts/base", "tts/bc", "tts/rl-s0", "tts/bc-at-1", "filtered/eval"):
         assert (out / results / "results.json").exists(), results
-    r1zero = (out / "r1zero" / "eval" / "results.md").read_text()
-    assert "| base |" in r1zero and "| r1-zero |" in r1zero and "| r1-zero - base |" in r1zero
-    tts = (out / "tts" / "results.md").read_text()
-    assert "| untrained |" in tts and "| rl |" in tts
+    assert json.loads((out / "tts" / "bc" / "results.json").read_text())["budgets"] == [1, 2]
     cot = [json.loads(line) for line in (out / "cot" / "demos.jsonl").read_text().splitlines()]
-    assert all(len(s["response"]) > 150 for r in cot for s in r["steps"])            # long thoughts
+    assert any(len(s["response"]) > 150 for r in cot for s in r["steps"])            # long thoughts
     plain = [json.loads(line) for line in (out / "plain" / "demos.jsonl").read_text().splitlines()]
     assert all("<think>" not in s["response"] for r in plain for s in r["steps"])
-    log_demos = (out / "filtered" / "demos.jsonl").read_text()
-    assert log_demos == (demo / "demos.jsonl").read_text()       # make demo's log, written again by its command
+    assert "plain-rl from" in log and "seed 0 --prompt short_plain" in log   # the stage line: M-GRPO's flags
+    for log_demos in ("cot", "plain", "filtered"):                   # make demo's log: its pages and its mistakes
+        demos = [json.loads(line) for line in (out / log_demos / "demos.jsonl").read_text().splitlines()]
+        assert {r.get("imperfection") for r in demos} & {"wrong-element", "early-submit"}, log_demos
+    assert (out / "filtered" / "demos.jsonl").read_text() == (demo / "demos.jsonl").read_text()
     assert "cloned other demonstrations" not in log
     table = (out / "filtered" / "table" / "results.md").read_text()
     for row in ("| bc-filtered |", "| rl |", "| rl - bc-filtered |", "| bc - bc-filtered |"):
         assert row in table and row in log            # make demo's run joined; the table printed at the end
+    findings = (out / "findings.md").read_text()
+    assert findings in log                                           # printed
+    for row in ("RL - BC by seed", "R1-Zero - (BC + M-GRPO) by seed", "(a) CoT BC", "(b) CoT RL - CoT BC",
+                "BC - plain BC", "RL - plain RL by seed", "| bc | T = 1 |", "| rl-s0 | greedy |", "2 - 1 (paired)",
+                "run alone at each budget, its episodes equal to the budget-2 run's first interactions: 1: 6 of 6"):
+        assert row in findings, row
+    assert "not run yet (`FINDINGS=login make demo-findings`)" in findings
 
 
 def check_suite_smoke(out: Path, returncode: int, log: str) -> None:

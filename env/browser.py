@@ -137,6 +137,9 @@ LAUNCH_ARGS = (
     # it the host name), which resolves allowed names only. 127.0.0.1 is excluded so that the proxy itself
     # (an IP literal, which the rule would otherwise also map) stays reachable.
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    # A scroll by key (a space typed outside a text field, Page Down) jumps instead of gliding for ~150 ms, so that
+    # the next observation does not depend on how soon a busy machine reads it.
+    "--disable-smooth-scrolling",
 )
 
 

@@ -134,7 +134,7 @@ def test_new_tab_becomes_active_switch_tab_and_history(run, pool):
     assert fwd.obs.url.endswith("/miniwob/enter-text.html")
 
 
-def test_scroll_moves_two_thirds_of_the_viewport(run, pool):
+def test_scroll_moves_two_thirds_of_the_viewport_and_a_key_jumps(run, pool):
     async def go():
         e = await pool.new_env(viewport=(800, 600))
         try:
@@ -145,11 +145,15 @@ def test_scroll_moves_two_thirds_of_the_viewport(run, pool):
             down = await e.step('do(action="Scroll Down")')
             y = await e.page.evaluate("window.scrollY")
             up = await e.step('do(action="Scroll Up")')
-            return first, down, y, up
+            await e.page.keyboard.press("PageDown")                       # a scroll by key: no animation
+            by_key = [await e.page.evaluate("window.scrollY")]
+            await e.page.wait_for_timeout(300)
+            return first, down, y, up, by_key + [await e.page.evaluate("window.scrollY")]
         finally:
             await e.close()
-    first, down, y, up = run(go())
+    first, down, y, up, by_key = run(go())
     assert y == 400
+    assert by_key[0] == by_key[1] > 0             # read at once, where it ends (smoothly: 0, then 525 after it)
     assert "[more content below: scroll to see it]" in first.obs.text
     assert "more content above and below" in down.obs.text
     assert "<button" not in down.obs.text                     # the task's buttons scrolled out of view

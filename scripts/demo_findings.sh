@@ -15,7 +15,7 @@
 #            M-GRPO seeds 0-2, evaluated with that prompt. ~70 min
 #   tts      test-time interactions: base, BC and the ref seeds evaluated at budgets 2,4,6,8,12 (each read from
 #            the budget-12 episodes), and BC in runs of its own at 2, 4 and 8 (make demo's is at 6), whose episodes
-#            must be the first interactions of its budget-12 ones (the table counts them). ~2 hours
+#            must be the first interactions of its budget-12 ones (the table counts them). ~70 min
 #   login    the log-in argument: make demo-suite's command from the base (SUITE_MODEL), seeds 0-4. ~5 x 22 min
 #   filtered the practitioner's fix make demo's M-GRPO is measured against: BC of the base with make demo's recipe
 #            on its log filtered to the successes, joined to make demo's table (RL - filtered BC paired). ~17 min
@@ -23,7 +23,7 @@
 # its seeds, their mean and 95% interval, and the plan's rule). A step whose output exists is not run again: a
 # stopped stage resumes at its first missing step.
 #
-#   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 11 hours)
+#   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 8 hours)
 #   FINDINGS_OUT=runs/findings   where they go;   DEMO_OUT=runs/demo   make demo's run
 #   FINDINGS_SIZE=smoke          every stage in seconds-long budgets on 2 tasks, one seed (the test suite's)
 set -euo pipefail

@@ -34,8 +34,7 @@ def load(path: Path) -> list[dict]:
 class Runs:
     """Every evaluated model of one token budget, by name: ``runs[name]`` is its episodes (all decodings)."""
 
-    def __init__(self, out: Path):
-        self.out = out
+    def __init__(self):
         self.by_name: dict[str, list[dict]] = {}
 
     def add(self, path: Path, rename: dict[str, str] | None = None) -> None:
@@ -221,7 +220,7 @@ def main() -> None:
     ap.add_argument("--demo", default="runs/demo", help="make demo's run, seed 0 of the reference rows (DEMO_OUT)")
     args = ap.parse_args()
     out, demo = Path(args.out), Path(args.demo)
-    runs, runs192 = Runs(out), Runs(out)
+    runs, runs192 = Runs(), Runs()
     runs.add(demo / "eval", {"rl": ref_rl(0)})
     for path in sorted((out / "test").glob("*")):
         (runs192 if path.name.startswith("cot-rl") else runs).add(path)

@@ -42,7 +42,7 @@ case "$SIZE" in
   smoke)   # make demo's smoke (its 2 tasks, budgets and 2 interactions), one seed: the same code, in seconds
     TASKS=$(echo "$TASKS" | cut -d, -f1,8); SEEDS=0; LOGIN_SEEDS=0; EPISODES=3; BC_STEPS=2; BC_BATCH=4; RL_STEPS=1
     B=2; G=2; NEW=48; TEST=1; COT_NEW=64; TURNS=2; PAPER_STEPS=2; TTS_STEPS=1,2; TTS_ALONE=1
-    RL_FLAGS="$RL_DEMO_FLAGS --eval-pages 1 $RL_LOG_FLAGS $IN_PLACE" ;;
+    RL_FLAGS="$RL_DEMO_FLAGS --eval-every 0 $RL_LOG_FLAGS $IN_PLACE" ;;   # (make demo's smoke checks in-run checks)
   default) ;;
   *) echo "FINDINGS_SIZE must be smoke or default" >&2; exit 2 ;;
 esac
@@ -53,12 +53,15 @@ if [ "$STAGES" != login ] && [ ! -s "$DEMO/eval/results.json" ]; then
   DEMO_OUT="$DEMO" DEMO_SIZE=$SIZE bash scripts/demo.sh
 fi
 
-# seed_run INIT NAME SEED [FLAGS...]: make demo's M-GRPO from INIT with --seed SEED (and FLAGS) into $OUT/NAME-sSEED,
-# evaluated on the held-out pages into $OUT/test/NAME-sSEED
-seed_run() {
+# seed_train INIT NAME SEED [FLAGS...]: make demo's M-GRPO from INIT with --seed SEED (and FLAGS) into $OUT/NAME-sSEED;
+# seed_run: the same, then evaluated on the held-out pages into $OUT/test/NAME-sSEED
+seed_train() {
   [ -s "$OUT/$2-s$3/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $3 ${*:4}"
     # shellcheck disable=SC2086  # the flags split into words
     rl "$1" "$OUT/$2-s$3" "$RL_STEPS" "$NEW" $RL_FLAGS --seed "$3" "${@:4}"; }
+}
+seed_run() {
+  seed_train "$@"
   paper_eval "$OUT/test/$2-s$3" "$2-s$3=$OUT/$2-s$3/hf" "$TEST"
 }
 
@@ -87,26 +90,29 @@ r1zero_stage() {
   for s in $SEEDS; do seed_run "$BASE" r1zero "$s"; done
 }
 
+# cot, plain and tts evaluate their models together, one eval.py run a stage (the same episodes as one run a model:
+# common random numbers, batch-invariant decoding), so that a stage starts its browser and loads pages once
 cot_stage() {
-  local NEW=$COT_NEW s
+  local NEW=$COT_NEW s models="bc=$DEMO/bc/hf,cot-bc=$OUT/cot/bc/hf"
   variant_bc "$OUT/cot" short --thoughts long
-  paper_eval "$OUT/test192/bc" "bc=$DEMO/bc/hf" "$TEST"
-  paper_eval "$OUT/test192/cot-bc" "cot-bc=$OUT/cot/bc/hf" "$TEST"
-  for s in $SEEDS; do seed_run "$OUT/cot/bc/hf" cot-rl "$s"; done
+  for s in $SEEDS; do seed_train "$OUT/cot/bc/hf" cot-rl "$s"; models="$models,cot-rl-s$s=$OUT/cot-rl-s$s/hf"; done
+  paper_eval "$OUT/test192/cot" "$models" "$TEST"
 }
 
 plain_stage() {
-  local PAPER_PROMPT=short_plain s
+  local PAPER_PROMPT=short_plain s models="plain-bc=$OUT/plain/bc/hf"
   variant_bc "$OUT/plain" short_plain --prompt short_plain
-  paper_eval "$OUT/test/plain-bc" "plain-bc=$OUT/plain/bc/hf" "$TEST"
-  for s in $SEEDS; do seed_run "$OUT/plain/bc/hf" plain-rl "$s" --prompt short_plain; done
+  for s in $SEEDS; do
+    seed_train "$OUT/plain/bc/hf" plain-rl "$s" --prompt short_plain
+    models="$models,plain-rl-s$s=$OUT/plain-rl-s$s/hf"
+  done
+  paper_eval "$OUT/test/plain" "$models" "$TEST"
 }
 
 tts_stage() {
-  local PAPER_STEPS=$TTS_STEPS s k
-  paper_eval "$OUT/tts/base" "base=$BASE" "$TEST"
-  paper_eval "$OUT/tts/bc" "bc=$DEMO/bc/hf" "$TEST"
-  for s in $SEEDS; do paper_eval "$OUT/tts/rl-s$s" "rl-s$s=$(ref_rl "$s")" "$TEST"; done
+  local s k models="base=$BASE,bc=$DEMO/bc/hf"
+  for s in $SEEDS; do models="$models,rl-s$s=$(ref_rl "$s")"; done
+  PAPER_STEPS=$TTS_STEPS paper_eval "$OUT/tts/sweep" "$models" "$TEST"
   for k in $TTS_ALONE; do PAPER_STEPS=$k paper_eval "$OUT/tts/bc-at-$k" "bc=$DEMO/bc/hf" "$TEST"; done
 }
 

@@ -156,11 +156,12 @@ def prefixes_agree(sweep: list[dict], alone: list[dict], budget: int) -> tuple[i
 def tts(out: Path, demo: Path) -> list[str]:
     lines = ["## Test-time interactions (paper, Fig. 5: success rises with the budget)", ""]
     names = ["base", "bc"] + [ref_rl(s) for s in SEEDS]
-    dirs = {"base": "base", "bc": "bc", **{ref_rl(s): f"rl-s{s}" for s in SEEDS}}
-    sweeps = {n: [r for r in load(out / "tts" / dirs[n]) if r["run"] == n] for n in names}
+    runs = [p for p in sorted((out / "tts").glob("*")) if not p.name.startswith("bc-at-") and load(p)]  # the sweep
+    recs = [r for p in runs for r in load(p)]
+    sweeps = {n: [r for r in recs if r["run"] == n] for n in names}
     if not sweeps["bc"]:
         return lines + ["not run yet (`FINDINGS=tts make demo-findings`)", ""]
-    budgets = json.loads((out / "tts" / "bc" / "results.json").read_text())["budgets"]   # the sweep's (2, ..., 12)
+    budgets = json.loads((runs[0] / "results.json").read_text())["budgets"]   # the sweep's (2, ..., 12)
     lo, hi = str(budgets[0]), str(budgets[-1])
     lines += ["| model | decoding | " + " | ".join(f"<= {k}" for k in budgets) + f" | {hi} - {lo} (paired) |",
               "|---|---|" + "---:|" * (len(budgets) + 1)]

@@ -62,7 +62,8 @@ def check_demo_smoke(out: Path) -> None:
 
 def check_findings_smoke(demo: Path, out: Path) -> None:
     """`make demo-findings` at smoke size on top of the smoke demo's run (seed 0 of its reference rows): every
-    stage but login (make demo-suite from the base: the suite's own smoke runs beside) writes its evaluations,
+    stage but login (make demo-suite from the base: the suite's own smoke runs beside) writes its evaluations (one
+    eval.py run a stage for cot, plain and tts),
     and the table reads them."""
     proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
                           env=_environ(DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out),
@@ -70,10 +71,9 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "make demo first" not in log                   # it reused the demo's run
-    for results in ("test/r1zero-s0", "test/cot-rl-s0", "test192/bc", "test192/cot-bc", "test/plain-bc",
-                    "test/plain-rl-s0", "tts/base", "tts/bc", "tts/rl-s0", "tts/bc-at-1", "filtered/eval"):
+    for results in ("test/r1zero-s0", "test192/cot", "test/plain", "tts/sweep", "tts/bc-at-1", "filtered/eval"):
         assert (out / results / "results.json").exists(), results
-    assert json.loads((out / "tts" / "bc" / "results.json").read_text())["budgets"] == [1, 2]
+    assert json.loads((out / "tts" / "sweep" / "results.json").read_text())["budgets"] == [1, 2]
     cot = [json.loads(line) for line in (out / "cot" / "demos.jsonl").read_text().splitlines()]
     assert any(len(s["response"]) > 150 for r in cot for s in r["steps"])            # long thoughts
     plain = [json.loads(line) for line in (out / "plain" / "demos.jsonl").read_text().splitlines()]

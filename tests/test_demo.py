@@ -63,8 +63,7 @@ def check_demo_smoke(out: Path) -> None:
 def check_findings_smoke(demo: Path, out: Path) -> None:
     """`make demo-findings` at smoke size on top of the smoke demo's run (seed 0 of its reference rows): every
     stage but login (make demo-suite from the base: the suite's own smoke runs beside) writes its evaluations (one
-    eval.py run a stage for cot, plain and tts),
-    and the table reads them."""
+    eval.py run a stage for cot, plain and tts), and the table reads them."""
     proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
                           env=_environ(DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out),
                                        FINDINGS="ref r1zero cot plain tts filtered"), timeout=1500)

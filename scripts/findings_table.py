@@ -153,11 +153,13 @@ def prefixes_agree(sweep: list[dict], alone: list[dict], budget: int) -> tuple[i
     return same, len(alone)
 
 
-def tts(out: Path, demo: Path) -> list[str]:
+def tts(out: Path, demo_bc: list[dict], demo_budget: int) -> list[str]:
+    """``demo_bc``: make demo's own BC episodes (read by main), run at its budget ``demo_budget``."""
     lines = ["## Test-time interactions (paper, Fig. 5: success rises with the budget)", ""]
     names = ["base", "bc"] + [ref_rl(s) for s in SEEDS]
-    runs = [p for p in sorted((out / "tts").glob("*")) if not p.name.startswith("bc-at-") and load(p)]  # the sweep
-    recs = [r for p in runs for r in load(p)]
+    loaded = {p: load(p) for p in sorted((out / "tts").glob("*")) if not p.name.startswith("bc-at-")}   # the sweep
+    runs = [p for p, episodes in loaded.items() if episodes]
+    recs = [r for p in runs for r in loaded[p]]
     sweeps = {n: [r for r in recs if r["run"] == n] for n in names}
     if not sweeps["bc"]:
         return lines + ["not run yet (`FINDINGS=tts make demo-findings`)", ""]
@@ -175,9 +177,7 @@ def tts(out: Path, demo: Path) -> list[str]:
                          + f" | {100 * d['diff']:+.1f} +- {100 * d['stderr']:.1f} |")
     bc_runs = {int(p.name.split("-")[-1]): [r for r in load(p) if r["run"] == "bc"]
                for p in (out / "tts").glob("bc-at-*")}
-    if (demo / "eval" / "results.json").is_file():   # make demo's own BC, at make demo's budget (6)
-        at = max(json.loads((demo / "eval" / "results.json").read_text())["budgets"])
-        bc_runs[at] = [r for r in load(demo / "eval") if r["run"] == "bc"]
+    bc_runs[demo_budget] = demo_bc                   # make demo's own BC, at make demo's budget (6)
     checks = [f"{k}: {s} of {n}" for k, recs in sorted(bc_runs.items()) if recs
               for s, n in [prefixes_agree(sweeps["bc"], recs, k)]]
     if checks:
@@ -229,13 +229,15 @@ def main() -> None:
         runs192.add(path)
     if not runs.has("base", "bc", ref_rl(0)):
         raise SystemExit(f"no evaluation of make demo in {demo / 'eval'}: run make demo (or FINDINGS=ref) first")
-    args_of = json.loads((demo / "eval" / "results.json").read_text())["args"]   # make demo's evaluation
+    demo_results = json.loads((demo / "eval" / "results.json").read_text())      # make demo's evaluation
+    args_of = demo_results["args"]
     counts = collections.Counter(r["decoding"] for rs in (runs, runs192) for recs in rs.by_name.values() for r in recs)
     page = ["# The paper's other findings from the base, in seeds (issue 70)", "",
             f"From {out} and {demo} ({len(runs.by_name) + len(runs192.by_name)} evaluated models, "
             f"{sum(counts.values())} episodes at {args_of['max_new_tokens']} new tokens, R1-CoT's at more); "
             f"differences in points, paired by page ({args_of['episodes']} held-out pages per task).", ""]
-    page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs) + tts(out, demo) + login(out)
+    page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs)
+    page += tts(out, runs.by_name["bc"], max(demo_results["budgets"])) + login(out)
     (out / "findings.md").write_text("\n".join(page))
     print("\n".join(page))
 

@@ -16,7 +16,8 @@
 #   tts      test-time interactions: base, BC and the ref seeds evaluated at budgets 2,4,6,8,12 (each read from
 #            the budget-12 episodes), and BC in runs of its own at 2, 4 and 8 (make demo's is at 6), whose episodes
 #            must be the first interactions of its budget-12 ones (the table counts them). ~70 min
-#   login    the log-in argument: make demo-suite's command from the base (SUITE_MODEL), seeds 0-4. ~5 x 22 min
+#   login    the log-in argument: make demo-suite's command from the base (SUITE_MODEL), seeds 0-4, each seed's
+#            M-GRPO from the first seed's BC (SUITE_BC). ~95 min
 #   filtered the practitioner's fix make demo's M-GRPO is measured against: BC of the base with make demo's recipe
 #            on its log filtered to the successes, joined to make demo's table (RL - filtered BC paired). ~17 min
 # Then the table of every stage run so far, scripts/findings_table.py -> $FINDINGS_OUT/findings.md (each row with
@@ -117,11 +118,13 @@ tts_stage() {
 }
 
 login_stage() {
-  local s
+  local s first="" bc=""
   for s in $LOGIN_SEEDS; do
-    [ -s "$OUT/login/s$s/eval/results.json" ] || { stage "make demo-suite from the base, seed $s"
+    [ -s "$OUT/login/s$s/eval/results.json" ] || { stage "make demo-suite from the base, seed $s ${bc:+(BC: $bc)}"
       SUITE_OUT="$OUT/login/s$s" SUITE_MODEL="$BASE" SUITE_SIZE=$SIZE SUITE_OUT_DEMOS=0 SUITE_RL_FLAGS="--seed $s" \
-        bash scripts/demo_suite.sh; }
+        SUITE_BC="$bc" bash scripts/demo_suite.sh; }
+    # the seeds differ in M-GRPO only: BC (seeded by its command) is trained once, in the first seed's run
+    first=${first:-$s}; bc=$OUT/login/s$first/bc/hf
   done
 }
 

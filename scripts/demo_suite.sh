@@ -18,6 +18,8 @@
 #                              3, BC already solves the logged-out starts: docs/site-suite.md)
 #   SUITE_EVAL=30              held-out episodes per column (start type) in the evaluation
 #   SUITE_MODEL=tiny:...       the model BC starts from (an HF checkpoint dir works too)
+#   SUITE_BC=DIR               a BC checkpoint (an hf dir) this script made before: steps 1-2 are skipped and
+#                              M-GRPO starts from it (make demo-findings' log-in seeds share seed 0's BC)
 #   SUITE_OUT=runs/demo-suite  where everything goes
 #   SUITE_RL_FLAGS="..."       more train_mgrpo.py flags, which win over the ones below (e.g. "--seed 1"; the
 #                              ablation "--score-temperature 1", the T = 0.5 samples scored at T = 1 off-policy as
@@ -45,24 +47,31 @@ NEW=80          # response tokens: the longest expert response is ~60 tokens of 
 if [ "$SIZE" = smoke ]; then TURNS=3; NEW=48; fi   # the smoke's barely trained model: shorter, the same code
 mkdir -p "$OUT"
 
-stage "1/4 expert demonstrations: $EPISODES episodes each of $DEMO_TASKS, $OUT_DEMOS of stop-newsletter@out"
-$PY demos.py --tasks "$DEMO_TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
-if [ "$OUT_DEMOS" -gt 0 ]; then        # other seeds than the logged-in ones
-  $PY demos.py --tasks suite:stop-newsletter@out --episodes "$OUT_DEMOS" --seed-offset 500 --out "$OUT/demos_out.jsonl"
-  cat "$OUT/demos_out.jsonl" >> "$OUT/demos.jsonl"
-fi
-got=$(wc -l < "$OUT/demos.jsonl"); want=$(( 2 * EPISODES + OUT_DEMOS ))
-if [ "$got" -lt "$want" ]; then echo "only $got of $want expert demonstrations succeeded" >&2; exit 1; fi
+BC=${SUITE_BC:-$OUT/bc/hf}
+if [ -n "${SUITE_BC:-}" ]; then
+  [ -s "$BC/config.json" ] || { echo "SUITE_BC=$BC holds no checkpoint (config.json)" >&2; exit 2; }
+  stage "1-2/4 skipped: M-GRPO starts from the BC checkpoint SUITE_BC=$BC"
+else
+  stage "1/4 expert demonstrations: $EPISODES episodes each of $DEMO_TASKS, $OUT_DEMOS of stop-newsletter@out"
+  $PY demos.py --tasks "$DEMO_TASKS" --episodes "$EPISODES" --out "$OUT/demos.jsonl"
+  if [ "$OUT_DEMOS" -gt 0 ]; then        # other seeds than the logged-in ones
+    $PY demos.py --tasks suite:stop-newsletter@out --episodes "$OUT_DEMOS" --seed-offset 500 \
+      --out "$OUT/demos_out.jsonl"
+    cat "$OUT/demos_out.jsonl" >> "$OUT/demos.jsonl"
+  fi
+  got=$(wc -l < "$OUT/demos.jsonl"); want=$(( 2 * EPISODES + OUT_DEMOS ))
+  if [ "$got" -lt "$want" ]; then echo "only $got of $want expert demonstrations succeeded" >&2; exit 1; fi
 
-stage "2/4 behavior cloning of $MODEL: $BC_STEPS steps (train_bc.py)"
-bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short
+  stage "2/4 behavior cloning of $MODEL: $BC_STEPS steps (train_bc.py)"
+  bc "$OUT/demos.jsonl" "$OUT/bc" "$BC_STEPS" short
+fi
 
 stage "3/4 M-GRPO from the BC checkpoint on mixed starts: $RL_STEPS steps of $B groups x G=$G (train_mgrpo.py)"
 # shellcheck disable=SC2086  # SUITE_RL_FLAGS splits into words
-suite_rl "$OUT/bc/hf" "$OUT/rl" ${SUITE_RL_FLAGS:-}
+suite_rl "$BC" "$OUT/rl" ${SUITE_RL_FLAGS:-}
 
 stage "4/4 evaluation on held-out seeds, by start type: $EVAL episodes each (eval.py)"
-$PY eval.py --temperature 0 --model "bc=$OUT/bc/hf,rl=$OUT/rl/hf" --tasks "$EVAL_TASKS" --episodes "$EVAL" --prompt short \
+$PY eval.py --temperature 0 --model "bc=$BC,rl=$OUT/rl/hf" --tasks "$EVAL_TASKS" --episodes "$EVAL" --prompt short \
   --max-new-tokens "$NEW" --max-steps "$TURNS" --out "$OUT/eval"
 
 stage "done in $(( $(date +%s) - start ))s"

@@ -21,9 +21,13 @@ def test_demo_scripts_smoke(tmp_path):
     demo-findings`' (which reuses the demo's run): each is a chain of single-process stages that leaves part of
     the two cores idle, so side by side they take little more than the longer chain."""
     suite_out = tmp_path / "suite"
+    # then again from the first run's BC (SUITE_BC), as make demo-findings' log-in seeds after the first run it
+    twice = ('bash scripts/demo_suite.sh && '
+             'SUITE_OUT="$SUITE_OUT-bc" SUITE_BC="$SUITE_OUT/bc/hf" bash scripts/demo_suite.sh')
     with open(tmp_path / "suite.log", "w") as sink:
-        suite = subprocess.Popen(["bash", "scripts/demo_suite.sh"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                 env=_environ(SUITE_SIZE="smoke", SUITE_OUT=str(suite_out), SUITE_OUT_DEMOS="1"))
+        suite = subprocess.Popen(["bash", "-c", twice], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                 env=_environ(SUITE_SIZE="smoke", SUITE_OUT=str(suite_out), SUITE_OUT_DEMOS="1",
+                                              SUITE_RL_FLAGS="--seed 1"))
     try:
         check_demo_smoke(tmp_path / "demo")
         check_findings_smoke(tmp_path / "demo", tmp_path / "findings")
@@ -97,7 +101,8 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
 
 def check_suite_smoke(out: Path, returncode: int, log: str) -> None:
     """`make demo-suite` at smoke size: suite demonstrations (logged-in starts + log-in + the few logged-out
-    ones) -> BC -> M-GRPO on mixed starts -> evaluation split by start type."""
+    ones) -> BC -> M-GRPO on mixed starts -> evaluation split by start type; then M-GRPO (another seed) from
+    that BC checkpoint (SUITE_BC) and its evaluation."""
     assert returncode == 0, log[-4000:]
     demos = [json.loads(line) for line in (out / "demos.jsonl").read_text().splitlines()]
     starts = sorted(r["task"] for r in demos)
@@ -108,4 +113,8 @@ def check_suite_smoke(out: Path, returncode: int, log: str) -> None:
         assert row in table and row in log
     results = json.loads((out / "eval" / "results.json").read_text())
     assert results and (out / "eval" / "viewer" / "index.html").exists()
-
+    # the second run: M-GRPO from the first run's BC checkpoint, no demonstrations or BC of its own
+    bc_first = out.parent / "suite-bc"
+    assert f"1-2/4 skipped: M-GRPO starts from the BC checkpoint SUITE_BC={out / 'bc' / 'hf'}" in log
+    assert not (bc_first / "demos.jsonl").exists() and not (bc_first / "bc").exists()
+    assert json.loads((bc_first / "eval" / "results.json").read_text())["runs"].keys() == {"bc", "rl"}

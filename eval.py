@@ -146,6 +146,8 @@ class Args:
     """--backend openai: seconds per HTTP request"""
     vllm_gpu_memory: float = 0.7
     """--backend vllm: fraction of GPU memory for the engine"""
+    vllm_eager: bool = False
+    """--backend vllm: vLLM's enforce_eager (no torch.compile, no CUDA graphs: starts sooner, generates slower)"""
     screenshots: bool = True
     """save a screenshot per step for the viewer (--no-screenshots is faster)"""
     group_by: Literal["auto", "task", "site"] = "auto"
@@ -319,8 +321,8 @@ def backend_for(args: Args, path: str, shared_tokenizer=None):
         max_new_tokens=ep.max_new_tokens, temperature=ep.temperature, top_p=ep.top_p, seed=args.seed,
         max_context=ep.max_context, batch_invariant=ep.batch_invariant, max_batch_size=max(1, args.concurrency),
         num_threads=args.torch_threads or 1,   # (the factory applies it on a CPU only)
-        chat_template=args.chat_template or None, gpu_memory=args.vllm_gpu_memory, base_url=args.base_url,
-        timeout_s=args.request_timeout)
+        chat_template=args.chat_template or None, gpu_memory=args.vllm_gpu_memory, vllm_eager=args.vllm_eager,
+        base_url=args.base_url, timeout_s=args.request_timeout)
 
 
 # ---- main ----

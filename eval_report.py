@@ -126,11 +126,12 @@ def table2(runs: dict[str, Any], columns: list[str]) -> str:
 
 
 def paired_table(diffs: dict[str, dict[str, float]]) -> str:
-    """Markdown of the paired differences in success rate (points), with standard errors and their ratio."""
+    """Markdown of the paired differences in success rate (points), with standard errors and their ratio (none
+    where every page differs alike: an SE of 0)."""
     lines = ["| Comparison | Difference | SE | Difference / SE | Pages |", "| --- | ---: | ---: | ---: | ---: |"]
     for name, d in diffs.items():
-        z = d["diff"] / d["stderr"] if d["stderr"] else float("nan")
-        lines.append(f"| {name} | {100 * d['diff']:+.1f} | {_pct(d['stderr'])} | {z:+.1f} | {d['n']} |")
+        z = f"{d['diff'] / d['stderr']:+.1f}" if d["stderr"] else "none (no spread)"
+        lines.append(f"| {name} | {100 * d['diff']:+.1f} | {_pct(d['stderr'])} | {z} | {d['n']} |")
     return "\n".join(lines)
 
 

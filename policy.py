@@ -530,7 +530,8 @@ BACKENDS = ("hf", "vllm", "openai")
 def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int = 0, max_context: int = 16384, batch_invariant: bool = False,
                  max_batch_size: int = 64, num_threads: int | None = None, chat_template: str | None = None,
-                 gpu_memory: float = 0.7, local_rank: int | None = None, own_session: bool = False,
+                 gpu_memory: float = 0.7, vllm_eager: bool = False, local_rank: int | None = None,
+                 own_session: bool = False,
                  base_url: str | None = None, timeout_s: float = 60.0):
     """The generation backend of ``kind`` for ``model``, as every script builds it (train_mgrpo.py, eval.py).
 
@@ -543,7 +544,8 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
       ``chat_template``). ``batch_invariant``: on a CPU, rows decoded alike alone or in any batch
       (``HFBackend(invariance="auto")``); ``num_threads``: the model thread's torch threads on a CPU.
     * ``"vllm"``: ``model`` is a checkpoint directory; ``seed`` the engine's, ``gpu_memory`` its share of the
-      GPU, ``local_rank`` its GPU under torchrun, ``own_session`` keeps Ctrl-C away from its processes.
+      GPU, ``local_rank`` its GPU under torchrun, ``own_session`` keeps Ctrl-C away from its processes,
+      ``vllm_eager`` vLLM's ``enforce_eager`` (no torch.compile, no CUDA graphs: it starts sooner, generates slower).
     * ``"openai"``: ``model`` is the served model's name at ``base_url``; ``tokenizer`` (optional) counts prompts.
     """
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
@@ -559,7 +561,7 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
         import vllm_backend   # (vLLM is imported only by those who use it)
         backend = vllm_backend.VLLMBackend(str(model), tokenizer=tokenizer, **sampling, seed=seed,
                                            max_model_len=max_context, gpu_memory_utilization=gpu_memory,
-                                           local_rank=local_rank, own_session=own_session)
+                                           local_rank=local_rank, own_session=own_session, enforce_eager=vllm_eager)
         if chat_template and tokenizer is None:   # the engine renders nothing: prompts are ids rendered with this
             backend.tokenizer.chat_template = read_chat_template(chat_template)
         return backend

@@ -6,8 +6,7 @@ One training step, in the order of ``train``:
      token-exact sample (prompt ids + generated ids), a binary reward at the end.
   2. advantages (``mgrpo_batch``): A_i = (r_i - mean) / (std + eps) within the group, shared by all actions of
      trajectory i. A trajectory the environment ended (failed reset, crash, timeout) leaves its group's
-     statistics; a group left with < 2 trajectories, or (``--zero-std skip``) whose rewards are all equal,
-     leaves the loss.
+     statistics; a group left with < 2 trajectories, or (``--zero-std skip``) with equal rewards, leaves the loss.
   3. loss (Eq. 2): clipped ratio (eps 0.2) minus beta * KL to the frozen reference (k3, beta 0.001), the
      normalisation 1/(G |tau_i| |a_ij|) as per-sample weights (so micro-batches add up); the actions taken from
      one context (the G of a group's start page) scored in one row, the context computed once.
@@ -131,6 +130,8 @@ class Args:
     """--lora-rank: LoRA's alpha, the update scaled by alpha / rank (32, as in "LoRA Without Regret")"""
     vllm_gpu_memory: float = 0.7
     """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
+    vllm_eager: bool = False
+    """vLLM's enforce_eager: no torch.compile, no CUDA graphs (an engine starts sooner, generates slower)"""
     seed: int = 0
     """the run's seed: its MiniWoB pages, its rollouts' sampling noise (``group_noise``), LoRA's initialisation"""
     torch_threads: int = 1
@@ -604,15 +605,14 @@ def main(args: Args) -> Path:
     if args.backend == "hf" and trainlib.zero_stage(cfg) == 3 and (world > 1 or on_cpu_invariant):
         raise SystemExit("--backend hf with ZeRO-3 would gather weights in lock-step for every generated token on "
                          "several ranks, and copy partitions on a CPU (--batch-invariant); use ZeRO-0/2 or vllm")
-    # hf generates with the model being trained (with LoRA: its layers carry the adapters), batch-invariant on a
-    # CPU; vllm starts an engine on this rank's GPU from --model, out of Ctrl-C's reach (the step finishes)
+    # hf: the model being trained generates (LoRA: with its adapters); vllm: an engine from --model on this rank's GPU
     policy_model = (engine.module.get_base_model() if args.lora_rank else engine.module) if args.backend == "hf" \
         else args.model
     backend = policy.make_backend(
         args.backend, policy_model, tokenizer, max_new_tokens=ep.max_new_tokens, temperature=ep.temperature,
         top_p=ep.top_p, seed=args.seed + rank, max_context=ep.max_context, batch_invariant=ep.batch_invariant,
         max_batch_size=args.tasks_per_step // world * args.group_size, num_threads=args.torch_threads or None,
-        gpu_memory=args.vllm_gpu_memory, local_rank=local_rank, own_session=True)
+        gpu_memory=args.vllm_gpu_memory, vllm_eager=args.vllm_eager, local_rank=local_rank, own_session=True)
 
     # Ctrl-C: finish the step, then every rank stops at the same step (Stop is agreed) and saves once
     interrupted = threading.Event()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -186,6 +187,27 @@ def tts(out: Path, demo_bc: list[dict], demo_budget: int) -> list[str]:
     return lines + [""]
 
 
+def login_progress(episodes: list[dict]) -> dict[str, int]:
+    """How far logged-out episodes got toward the composition: typed the intent's username, typed its password,
+    saw a page signed in (logged in), succeeded; each a count of episodes."""
+    counts = dict.fromkeys(("episodes", "typed username", "typed password", "logged in", "succeeded"), 0)
+    for r in episodes:
+        m = re.search(r"username is (\S+?) and the password is (\S+?)\.?$", r["intent"])
+        typed = {mt.group(1) for s in r["steps"] if s.get("action")
+                 for mt in [re.match(r'do\(action="Type", argument="([^"]*)"', s["action"])] if mt}
+        counts["episodes"] += 1
+        counts["typed username"] += bool(m) and m.group(1) in typed
+        counts["typed password"] += bool(m) and m.group(2) in typed
+        counts["logged in"] += any("Signed in as" in s["observation"] for s in r["steps"])     # the site's header
+        counts["succeeded"] += bool(r["success"])
+    return counts
+
+
+def progress_line(label: str, episodes: list[dict]) -> str:
+    c = login_progress(episodes)
+    return f"- {label}: " + ", ".join(f"{k} {v}" for k, v in c.items())
+
+
 def login(out: Path) -> list[str]:
     lines = ["## The log-in argument: BC on logged-in starts, on-policy M-GRPO on mixed starts (make demo-suite "
              "from the base)", ""]
@@ -211,7 +233,16 @@ def login(out: Path) -> list[str]:
               "rollout succeeds | logged-out rollouts' success, mean over steps |", "|---:|---:|---:|---|---:|---:|"]
     lines += [f"| {s} | {b:.1f} | {r:.1f} | {'yes' if r >= 10 else 'no'} | {first if first is not None else 'none'} "
               f"| {roll:.1f} |" for s, b, r, first, roll in rows]
-    lines += ["", f"composed in {sum(r[2] >= 10 for r in rows)} of {len(rows)} seeds (reproduces: >= 3 of 5)"]
+    lines += ["", f"composed in {sum(r[2] >= 10 for r in rows)} of {len(rows)} seeds (reproduces: >= 3 of 5)", "",
+              "How far the logged-out episodes get (counts of episodes):"]
+    first = out / "login" / f"s{rows[0][0]}" / "eval"
+    lines.append(progress_line(f"BC, greedy, held-out ({first})",
+                               [r for r in load(first) if r["run"] == "bc" and r["column"].endswith("@out")]))
+    explore = out / "login" / "explore"      # BC sampled as M-GRPO samples, on validation pages (docs/history.md)
+    if (explore / "results.json").is_file():
+        args = json.loads((explore / "results.json").read_text())["args"]
+        lines.append(progress_line(f"BC sampled at T = {args['temperature']}, {args['samples']} samples "
+                                   f"on each of {args['episodes']} validation pages ({explore})", load(explore)))
     return lines + [""]
 
 

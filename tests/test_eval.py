@@ -273,6 +273,14 @@ def test_standard_errors_and_paired_differences():
     assert eval_stats.paired(a + b + [rec("x", "t3", 0, True)], ["bc", "rl", "x"]).keys() == {"rl - bc"}
 
 
+def test_paired_table_without_spread():
+    """Two models alike on every page (an SE of 0) get no ratio, where a division printed +nan."""
+    import eval_report
+    table = eval_report.paired_table({"rl - bc": {"diff": 0.0, "stderr": 0.0, "n": 90},
+                                      "x - bc": {"diff": 0.25, "stderr": 0.05, "n": 90}})
+    assert "| rl - bc | +0.0 | 0.0 | none (no spread) | 90 |" in table and "| x - bc | +25.0 | 5.0 | +5.0 | 90 |" in table
+
+
 def test_samples_per_page_pass_at_k_and_clustered_errors():
     """K samples per page: a page's success is their mean, the SE is that of page means (by task), pass@k is
     Chen et al.'s estimator, paired differences are page by page; the noise base is shared only when common."""

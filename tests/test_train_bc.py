@@ -93,11 +93,10 @@ def test_bc_killed_at_many_points_always_resumes(demos, tmp_path):
     # a finished run resumed saves step 6 again: killed as the new copy replaces the old one (a window of a
     # few renames, so the kill may also land just after it), a complete step-6 checkpoint survives (the old
     # save removed step_6 first and left `latest` pointing at nothing)
-    for _ in range(3):
-        code = run_until(lambda: (out / "step_6.tmp" / "trainer_state.json").exists())
-        assert code in (0, -signal.SIGKILL)
-        ckpt = trainlib.latest_checkpoint(out)
-        assert ckpt is not None and json.loads((ckpt / "trainer_state.json").read_text())["step"] == 6
+    code = run_until(lambda: (out / "step_6.tmp" / "trainer_state.json").exists())
+    assert code in (0, -signal.SIGKILL)
+    ckpt = trainlib.latest_checkpoint(out)
+    assert ckpt is not None and json.loads((ckpt / "trainer_state.json").read_text())["step"] == 6
     # --resume continues from the checkpoint `latest` names: as if the run had died after step 4, steps 5 and 6
     # run again and are logged once, the rows before them kept; its save of step 6 replaces what the kills
     # above left (a complete step_6, perhaps a step_6.tmp) and it ends cleanly
@@ -111,7 +110,7 @@ def test_bc_killed_at_many_points_always_resumes(demos, tmp_path):
     assert json.loads((out / "step_6" / "trainer_state.json").read_text())["step"] == 6
     policy.load(str(out / "hf"), device="cpu")
     # a run is a function of its command: the same command run once without a kill gives the same losses and
-    # bit-identical weights as this run, killed four times and resumed five
+    # bit-identical weights as this run, killed up to four times and resumed five
     once = tmp_path / "once"
     run_script(*cmd[1:cmd.index("--out") + 1], str(once), *cmd[cmd.index("--out") + 2:])
     sha = [hashlib.sha256((d / "hf" / "model.safetensors").read_bytes()).hexdigest() for d in (out, once)]

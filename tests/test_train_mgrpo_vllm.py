@@ -33,9 +33,10 @@ def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):
               "--backend", "vllm", "--ds-config", "configs/zero3.json", "--tasks-per-step", "2",
               "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short",
               "--lr", "1e-4", "--save-every", "0", "--dynamic-sampling", "3", "--eval-every", "2",
-              "--eval-pages", "1"]
+              "--eval-pages", "1", "--vllm-eager"]   # (eager: starts sooner; the compiled engine: tests/test_vllm.py)
     launcher = [*DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port())]
     log = run_script("tests/broken_rank.py", "train_mgrpo.py", *common, "--steps", "2", launcher=launcher)
+    assert log.count("enforce_eager=True") >= 2                                 # both ranks' engines eager
     held = [tuple(map(int, m)) for m in re.findall(r"reference model: (\d+) of its (\d+) parameters", log)]
     assert len(held) == 2 and all(h < full / 1.5 for h, full in held), held     # partitioned over the 2 ranks
     rows = metrics(out)
@@ -66,7 +67,7 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     cmd = [sys.executable, "train_mgrpo.py", "--model", str(half_right_bc), "--tasks", "miniwob:click-button",
            "--out", str(out), "--backend", "vllm", "--steps", "200", "--tasks-per-step", "1", "--group-size", "2",
            "--max-turns", "1", "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0",
-           "--ds-config", "configs/zero3.json"]
+           "--ds-config", "configs/zero3.json", "--vllm-eager"]
     code, started = _trainer_until_step(cmd, tmp_path / "log.txt", out, 0,
                                         lambda proc: os.killpg(proc.pid, signal.SIGINT))   # a terminal's Ctrl-C
     text = (tmp_path / "log.txt").read_text()

@@ -531,8 +531,7 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
                  top_p: float = 1.0, seed: int = 0, max_context: int = 16384, batch_invariant: bool = False,
                  max_batch_size: int = 64, num_threads: int | None = None, chat_template: str | None = None,
                  gpu_memory: float = 0.7, vllm_eager: bool = False, local_rank: int | None = None,
-                 own_session: bool = False,
-                 base_url: str | None = None, timeout_s: float = 60.0):
+                 own_session: bool = False, base_url: str | None = None, timeout_s: float = 60.0):
     """The generation backend of ``kind`` for ``model``, as every script builds it (train_mgrpo.py, eval.py).
 
     Every backend has ``generate`` (the interface above), ``.tokenizer`` (the one its prompts are rendered and

@@ -17,7 +17,7 @@
 #            the budget-12 episodes), and BC in runs of its own at 2, 4 and 8 (make demo's is at 6), whose episodes
 #            must be the first interactions of its budget-12 ones (the table counts them). ~70 min
 #   login    the log-in argument: make demo-suite's command from the base (SUITE_MODEL), seeds 0-4, each seed's
-#            M-GRPO from the first seed's BC (SUITE_BC). ~95 min
+#            M-GRPO from the first seed's BC (SUITE_BC). ~23 + 4 x 15 min
 #   filtered the practitioner's fix make demo's M-GRPO is measured against: BC of the base with make demo's recipe
 #            on its log filtered to the successes, joined to make demo's table (RL - filtered BC paired). ~17 min
 # Then the table of every stage run so far, scripts/findings_table.py -> $FINDINGS_OUT/findings.md (each row with
@@ -26,8 +26,8 @@
 #
 #   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 8 hours)
 #   FINDINGS_OUT=runs/findings   where they go;   DEMO_OUT=runs/demo   make demo's run
-#   FINDINGS_SIZE=smoke          every stage in seconds-long budgets on 2 tasks, one seed (the test suite's: all
-#                                but r1zero and login)
+#   FINDINGS_SIZE=smoke          every stage in seconds-long budgets on 2 tasks, one seed (make test runs ref,
+#                                plain, tts and filtered so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, bc, rl, paper_*
@@ -121,7 +121,7 @@ tts_stage() {
 login_stage() {
   local s first="" bc=""
   for s in $LOGIN_SEEDS; do
-    [ -s "$OUT/login/s$s/eval/results.json" ] || { stage "make demo-suite from the base, seed $s ${bc:+(BC: $bc)}"
+    [ -s "$OUT/login/s$s/eval/results.json" ] || { stage "make demo-suite from the base, seed $s${bc:+ (BC: $bc)}"
       SUITE_OUT="$OUT/login/s$s" SUITE_MODEL="$BASE" SUITE_SIZE=$SIZE SUITE_OUT_DEMOS=0 SUITE_RL_FLAGS="--seed $s" \
         SUITE_BC="$bc" bash scripts/demo_suite.sh; }
     # the seeds differ in M-GRPO only: BC (seeded by its command) is trained once, in the first seed's run

@@ -198,7 +198,7 @@ def login_progress(episodes: list[dict]) -> dict[str, int]:
         counts["episodes"] += 1
         counts["typed username"] += bool(m) and m.group(1) in typed
         counts["typed password"] += bool(m) and m.group(2) in typed
-        counts["logged in"] += any("Signed in as" in s["observation"] for s in r["steps"])     # the site's header
+        counts["logged in"] += any("Signed in as" in (s.get("observation") or "") for s in r["steps"])   # its header
         counts["succeeded"] += bool(r["success"])
     return counts
 
@@ -238,11 +238,11 @@ def login(out: Path) -> list[str]:
     first = out / "login" / f"s{rows[0][0]}" / "eval"
     lines.append(progress_line(f"BC, greedy, held-out ({first})",
                                [r for r in load(first) if r["run"] == "bc" and r["column"].endswith("@out")]))
-    explore = out / "login" / "explore"      # BC sampled as M-GRPO samples, on validation pages (docs/history.md)
-    if (explore / "results.json").is_file():
-        args = json.loads((explore / "results.json").read_text())["args"]
-        lines.append(progress_line(f"BC sampled at T = {args['temperature']}, {args['samples']} samples "
-                                   f"on each of {args['episodes']} validation pages ({explore})", load(explore)))
+    for explore in sorted((out / "login").glob("explore*")):   # BC sampled, on validation pages (docs/history.md)
+        if (explore / "results.json").is_file():
+            args = json.loads((explore / "results.json").read_text())["args"]
+            lines.append(progress_line(f"BC sampled at T = {args['temperature']}, {args['samples']} samples on "
+                                       f"each of {args['episodes']} validation pages ({explore})", load(explore)))
     return lines + [""]
 
 

@@ -22,12 +22,11 @@ def test_demo_scripts_smoke(tmp_path):
     the two cores idle, so side by side they take little more than the longer chain."""
     suite_out = tmp_path / "suite"
     # then again from the first run's BC (SUITE_BC), as make demo-findings' log-in seeds after the first run it
-    twice = ('bash scripts/demo_suite.sh && '
-             'SUITE_BC="$SUITE_OUT/bc/hf" SUITE_OUT="$SUITE_OUT-bc" bash scripts/demo_suite.sh')   # (in this order)
+    twice = ('bash scripts/demo_suite.sh && SUITE_BC="$SUITE_OUT/bc/hf" SUITE_OUT="$SUITE_OUT-bc" '   # (this order)
+             'SUITE_RL_FLAGS="--seed 1" bash scripts/demo_suite.sh')
     with open(tmp_path / "suite.log", "w") as sink:
         suite = subprocess.Popen(["bash", "-c", twice], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                 env=_environ(SUITE_SIZE="smoke", SUITE_OUT=str(suite_out), SUITE_OUT_DEMOS="1",
-                                              SUITE_RL_FLAGS="--seed 1"))
+                                 env=_environ(SUITE_SIZE="smoke", SUITE_OUT=str(suite_out), SUITE_OUT_DEMOS="1"))
     try:
         check_demo_smoke(tmp_path / "demo")
         check_findings_smoke(tmp_path / "demo", tmp_path / "findings")
@@ -65,28 +64,25 @@ def check_demo_smoke(out: Path) -> None:
 
 
 def check_findings_smoke(demo: Path, out: Path) -> None:
-    """`make demo-findings` at smoke size on top of the smoke demo's run (seed 0 of its reference rows): every
-    stage but r1zero (seed_run from the base: the function ref runs from BC; make test's minutes) and login (make
-    demo-suite from the base: the suite's own smoke runs beside) writes its evaluations (one eval.py run a stage for
-    cot, plain and tts), and the table reads them; then the table with an R1-Zero evaluation in the layout r1zero
-    writes (make demo's M-GRPO episodes renamed), for its R1-Zero rows."""
+    """`make demo-findings` at smoke size on top of the smoke demo's run (seed 0 of its reference rows): the stages
+    ref, plain, tts and filtered write their evaluations (one eval.py run a stage for plain and tts), and the table
+    reads them. r1zero (seed_run from the base: the function ref runs from BC), cot (variant_bc, seed_train and
+    paper_eval as plain runs them, at more tokens; its long thoughts: tests/test_findings_helpers.py) and login
+    (make demo-suite: its own smoke runs beside) are left to real runs for make test's minutes: the table is then
+    read again with their evaluations stood in by make demo's, renamed, in the layout each stage writes."""
     proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
                           env=_environ(DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out),
-                                       FINDINGS="ref cot plain tts filtered"), timeout=1500)
+                                       FINDINGS="ref plain tts filtered"), timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "make demo first" not in log                   # it reused the demo's run
-    for results in ("test192/cot", "test/plain", "tts/sweep", "tts/bc-at-1", "filtered/eval"):
+    for results in ("test/plain", "tts/sweep", "tts/bc-at-1", "filtered/eval"):
         assert (out / results / "results.json").exists(), results
     assert json.loads((out / "tts" / "sweep" / "results.json").read_text())["budgets"] == [1, 2]
-    cot = [json.loads(line) for line in (out / "cot" / "demos.jsonl").read_text().splitlines()]
-    assert any(len(s["response"]) > 150 for r in cot for s in r["steps"])            # long thoughts
     plain = [json.loads(line) for line in (out / "plain" / "demos.jsonl").read_text().splitlines()]
     assert all("<think>" not in s["response"] for r in plain for s in r["steps"])
+    assert {r.get("imperfection") for r in plain} & {"wrong-element", "early-submit"}   # make demo's log, mistakes
     assert "plain-rl from" in log and "seed 0 --prompt short_plain" in log   # the stage line: M-GRPO's flags
-    for log_demos in ("cot", "plain"):                               # make demo's log: its pages and its mistakes
-        demos = [json.loads(line) for line in (out / log_demos / "demos.jsonl").read_text().splitlines()]
-        assert {r.get("imperfection") for r in demos} & {"wrong-element", "early-submit"}, log_demos
     # the filtered BC clones make demo's own log file (its failed episodes left out by train_bc.py)
     assert f"make demo's log ({demo / 'demos.jsonl'}) filtered to successes" in log
     assert "without mistakes" not in log and not (out / "filtered" / "demos.jsonl").exists()
@@ -94,24 +90,33 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     for row in ("| bc-filtered |", "| rl |", "| rl - bc-filtered |", "| bc - bc-filtered |"):
         assert row in table and row in log            # make demo's run joined; the table printed at the end
     findings = (out / "findings.md").read_text()
-    assert findings in log and "not run yet (`FINDINGS=r1zero make demo-findings`)" in findings     # printed
-    r1zero = out / "test" / "r1zero-s0"
-    r1zero.mkdir()
-    (r1zero / "results.json").write_text((demo / "eval" / "results.json").read_text())
-    with open(r1zero / "trajectories.jsonl", "w") as f:
-        for line in (demo / "eval" / "trajectories.jsonl").read_text().splitlines():
-            rec = json.loads(line)
-            if rec["run"] == "rl":
-                f.write(json.dumps({**rec, "run": "r1zero-s0"}) + "\n")
+    assert findings in log                                           # printed
+    for stage in ("r1zero", "cot", "login"):
+        assert f"not run yet (`FINDINGS={stage} make demo-findings`)" in findings, stage
+    _renamed(demo / "eval", out / "test" / "r1zero-s0", {"rl": "r1zero-s0"})
+    _renamed(demo / "eval", out / "test192" / "cot", {"bc": "bc", "rl": "cot-rl-s0"}, also={"bc": "cot-bc"})
     subprocess.run([".venv/bin/python", "scripts/findings_table.py", "--out", str(out), "--demo", str(demo)],
                    cwd=ROOT, check=True, capture_output=True)
     findings = (out / "findings.md").read_text()
     assert "R1-Zero s0" in findings and "R1-Zero - (BC + M-GRPO) by seed +0.0; R1-Zero - base" in findings
-    for row in ("RL - BC by seed", "(a) CoT BC", "(b) CoT RL - CoT BC",
+    for row in ("RL - BC by seed", "(a) CoT BC", "(b) CoT RL - CoT BC by seed", "minus (RL - BC) +0.0",
                 "BC - plain BC", "RL - plain RL by seed", "| bc | T = 1 |", "| rl-s0 | greedy |", "2 - 1 (paired)",
                 "run alone at each budget, its episodes equal to the budget-2 run's first interactions: 1: 6 of 6"):
         assert row in findings, row
     assert "not run yet (`FINDINGS=login make demo-findings`)" in findings
+
+
+def _renamed(src: Path, dst: Path, names: dict[str, str], also: dict[str, str] | None = None) -> None:
+    """An evaluation directory dst standing in for a stage's: src's episodes of the runs in ``names`` under their
+    new names (and those in ``also`` a second time under theirs)."""
+    dst.mkdir(parents=True)
+    (dst / "results.json").write_text((src / "results.json").read_text())
+    with open(dst / "trajectories.jsonl", "w") as f:
+        for line in (src / "trajectories.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            for rename in (names, also or {}):
+                if rec["run"] in rename:
+                    f.write(json.dumps({**rec, "run": rename[rec["run"]]}) + "\n")
 
 
 def check_suite_smoke(out: Path, returncode: int, log: str) -> None:
@@ -128,7 +133,7 @@ def check_suite_smoke(out: Path, returncode: int, log: str) -> None:
         assert row in table and row in log
     results = json.loads((out / "eval" / "results.json").read_text())
     assert results and (out / "eval" / "viewer" / "index.html").exists()
-    # the second run: M-GRPO from the first run's BC checkpoint, no demonstrations or BC of its own
+    # the second run: M-GRPO seed 1 from the first run's BC checkpoint, no demonstrations or BC of its own
     bc_first = out.parent / "suite-bc"
     assert f"1-2/4 skipped: M-GRPO starts from the BC checkpoint SUITE_BC={out / 'bc' / 'hf'}" in log
     assert not (bc_first / "demos.jsonl").exists() and not (bc_first / "bc").exists()

@@ -3,7 +3,9 @@
   the observation only, ending with the short "# Element: ..." line; the action is unchanged), unit tests on
   a fixed observation, Demo's plumbing on a fake env (both prompt formats), and one real-Chromium CLI run;
 - readable training dynamics: trainlib.moving_average / plot_metrics(smooth=...) (a "/*" panel draws one
-  line per task), and the per-task success metrics of an RL step (rollout.task_counts, reduced over ranks, task_success).
+  line per task), and the per-task success metrics of an RL step (rollout.task_counts, reduced over ranks,
+  task_success);
+- the log-in argument's table: how far logged-out episodes get (scripts/findings_table.py's login_progress).
 
 Run: .venv/bin/python -m pytest -q tests/test_findings_helpers.py
 """
@@ -177,3 +179,26 @@ def test_per_task_success_metrics_reduce_over_ranks():
     forced = env.load_tasks("suite:stop-newsletter@out")                # one kind of start: counted once
     assert rollout.task_counts([traj(forced[0].task_id, 1.0, 3)], forced) == {
         f"task_n/{forced[0].task_id}": 1.0, f"task_ok/{forced[0].task_id}": 1.0}
+
+
+def test_login_progress_counts_how_far_logged_out_episodes_get():
+    """scripts/findings_table.py's reading of logged-out episodes: the username and password typed (as the intent
+    states them, wherever typed), a page seen signed in, success."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("findings_table",
+                                                  Path(__file__).resolve().parents[1] / "scripts" / "findings_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    intent = "Unsubscribe from the newsletter. If you need to log in, the username is alex and the password is s3."
+    step = lambda action, obs="<h1> Log in </h1>": {"action": action, "observation": obs}   # noqa: E731
+    typed = lambda text, el: f'do(action="Type", argument="{text}", element="{el}")'       # noqa: E731
+    episodes = [
+        {"intent": intent, "success": False, "steps": [step(None), step(typed("s3", "2"))]},        # derailed
+        {"intent": intent, "success": False, "steps": [step(typed("alex", "0")), step(None, None)]},
+        {"intent": intent, "success": True, "steps": [step(typed("alex", "0")), step(typed("s3", "1")),
+                                                      step('do(action="Click", element="2")'),
+                                                      step("exit()", "Signed in as alex <h1> Profile </h1>")]},
+    ]
+    assert table.login_progress(episodes) == {"episodes": 3, "typed username": 2, "typed password": 2,
+                                              "logged in": 1, "succeeded": 1}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval_stats import across_seeds, paired, solved_within  # noqa: E402
+from env import parse_action  # noqa: E402
 
 SEEDS = (0, 1, 2)
 DECODINGS = ("T = 1", "greedy")
@@ -193,8 +194,8 @@ def login_progress(episodes: list[dict]) -> dict[str, int]:
     counts = dict.fromkeys(("episodes", "typed username", "typed password", "logged in", "succeeded"), 0)
     for r in episodes:
         m = re.search(r"username is (\S+?) and the password is (\S+?)\.?$", r["intent"])
-        typed = {mt.group(1) for s in r["steps"] if s.get("action")
-                 for mt in [re.match(r'do\(action="Type", argument="([^"]*)"', s["action"])] if mt}
+        typed = {a.argument for s in r["steps"] if s.get("action")      # the recorded actions parse (format_action)
+                 for a in [parse_action(s["action"])] if a.name == "Type"}
         counts["episodes"] += 1
         counts["typed username"] += bool(m) and m.group(1) in typed
         counts["typed password"] += bool(m) and m.group(2) in typed

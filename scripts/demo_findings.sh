@@ -17,7 +17,9 @@
 #            the budget-12 episodes), and BC in runs of its own at 2, 4 and 8 (make demo's is at 6), whose episodes
 #            must be the first interactions of its budget-12 ones (the table counts them). ~70 min
 #   login    the log-in argument: make demo-suite's command from the base (SUITE_MODEL), seeds 0-4, each seed's
-#            M-GRPO from the first seed's BC (SUITE_BC). ~23 + 4 x 15 min
+#            M-GRPO from the first seed's BC (SUITE_BC), that BC sampled on logged-out validation pages (T = 0.5
+#            and 1, 4 x 30 episodes each) before the other seeds; FINDINGS_LOGIN_OUT_DEMOS=K adds K logged-out
+#            demonstrations (the data condition, into $FINDINGS_OUT/login-outK). ~23 + 2 x 4 + 4 x 15 min
 #   filtered the practitioner's fix make demo's M-GRPO is measured against: BC of the base with make demo's recipe
 #            on its log filtered to the successes, joined to make demo's table (RL - filtered BC paired). ~17 min
 # Then the table of every stage run so far, scripts/findings_table.py -> $FINDINGS_OUT/findings.md (each row with
@@ -40,10 +42,12 @@ SIZE=${FINDINGS_SIZE:-default}
 SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=300; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
 NEW=64; TEST=50; COT_NEW=192    # a long thought is ~100 tokens of the tiny tokenizer before its action
 TTS_STEPS=2,4,6,8,12; TTS_ALONE="2 4 8"; RL_FLAGS="$RL_DEMO_FLAGS $RL_LOG_FLAGS $IN_PLACE"
+LOGIN_OUT_DEMOS=${FINDINGS_LOGIN_OUT_DEMOS:-0}; LOGIN_EXPLORE=30; LOGIN_NEW=80; LOGIN_TURNS=10   # demo_suite.sh's
 case "$SIZE" in
   smoke)   # make demo's smoke (its 2 tasks, budgets and 2 interactions), one seed: the same code, in seconds
     TASKS=$(echo "$TASKS" | cut -d, -f1,8); SEEDS=0; LOGIN_SEEDS=0; EPISODES=3; BC_STEPS=2; BC_BATCH=4; RL_STEPS=1
     B=2; G=2; NEW=48; TEST=1; COT_NEW=48; TURNS=2; PAPER_STEPS=2; TTS_STEPS=1,2; TTS_ALONE=1
+    LOGIN_EXPLORE=1; LOGIN_NEW=48; LOGIN_TURNS=3
     RL_FLAGS="$RL_DEMO_FLAGS --eval-every 0 $RL_LOG_FLAGS $IN_PLACE" ;;   # (make demo's smoke checks in-run checks)
   default) ;;
   *) echo "FINDINGS_SIZE must be smoke or default" >&2; exit 2 ;;
@@ -119,13 +123,23 @@ tts_stage() {
 }
 
 login_stage() {
-  local s first="" bc=""
+  local s first="" bc="" dir=$OUT/login t
+  [ "$LOGIN_OUT_DEMOS" = 0 ] || dir=$OUT/login-out$LOGIN_OUT_DEMOS
   for s in $LOGIN_SEEDS; do
-    [ -s "$OUT/login/s$s/eval/results.json" ] || { stage "make demo-suite from the base, seed $s${bc:+ (BC: $bc)}"
-      SUITE_OUT="$OUT/login/s$s" SUITE_MODEL="$BASE" SUITE_SIZE=$SIZE SUITE_OUT_DEMOS=0 SUITE_RL_FLAGS="--seed $s" \
-        SUITE_BC="$bc" bash scripts/demo_suite.sh; }
-    # the seeds differ in M-GRPO only: BC (seeded by its command) is trained once, in the first seed's run
-    first=${first:-$s}; bc=$OUT/login/s$first/bc/hf
+    [ -s "$dir/s$s/eval/results.json" ] || { stage "make demo-suite from the base, seed $s${bc:+ (BC: $bc)}"
+      SUITE_OUT="$dir/s$s" SUITE_MODEL="$BASE" SUITE_SIZE=$SIZE SUITE_OUT_DEMOS=$LOGIN_OUT_DEMOS \
+        SUITE_RL_FLAGS="--seed $s" SUITE_BC="$bc" bash scripts/demo_suite.sh; }
+    [ -n "$first" ] && continue
+    # the seeds differ in M-GRPO only: BC (seeded by its command) is trained once, in the first seed's run; before
+    # the other seeds, BC sampled on logged-out validation pages as M-GRPO samples (T = 0.5) and at T = 1: how often
+    # does a rollout reach the composition at all?
+    first=$s; bc=$dir/s$first/bc/hf
+    for t in 0.5 1.0; do
+      [ -s "$dir/explore-t$t/results.json" ] || { stage "BC sampled at T = $t on logged-out validation pages"
+        $PY eval.py --model "bc=$bc" --tasks suite:stop-newsletter@out --episodes "$LOGIN_EXPLORE" --seed-start 500000 \
+          --temperature $t --samples 4 --prompt short --max-new-tokens "$LOGIN_NEW" --max-steps "$LOGIN_TURNS" \
+          --concurrency 8 --no-screenshots --out "$dir/explore-t$t"; }
+    done
   done
 }
 

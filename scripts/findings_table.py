@@ -210,18 +210,28 @@ def progress_line(label: str, episodes: list[dict]) -> str:
 
 
 def login(out: Path) -> list[str]:
-    lines = ["## The log-in argument: BC on logged-in starts, on-policy M-GRPO on mixed starts (make demo-suite "
-             "from the base)", ""]
+    """The log-in stage's table, for the paper's example (out/login) and each data condition (out/login-outK)."""
+    lines = []
+    for root in [out / "login"] + sorted(out.glob("login-out*")):
+        k = root.name.removeprefix("login-out") if root.name != "login" else "0"
+        lines += login_runs(root, k)
+    return lines
+
+
+def login_runs(root: Path, k: str) -> list[str]:
+    data = ("BC on logged-in starts" if k == "0" else
+            f"BC on logged-in starts and {k} logged-out demonstration{'s' * (k != '1')} (the data condition)")
+    lines = [f"## The log-in argument: {data}, on-policy M-GRPO on mixed starts (make demo-suite from the base)", ""]
     rows = []
     for s in range(5):
-        path = out / "login" / f"s{s}" / "eval" / "results.json"
+        path = root / f"s{s}" / "eval" / "results.json"
         if not path.is_file():
             continue
         runs = json.loads(path.read_text())["runs"]
         cols = {n: runs[n]["columns"] for n in ("bc", "rl")}
         out_col = next(c for c in cols["rl"] if c.endswith("@out"))
         # the rollouts of logged-out starts, step by step (train_mgrpo's rollout/success/ID@out)
-        metrics = out / "login" / f"s{s}" / "rl" / "metrics.jsonl"
+        metrics = root / f"s{s}" / "rl" / "metrics.jsonl"
         steps = [json.loads(line) for line in metrics.read_text().splitlines()]
         key = next((k for m in steps for k in m if k.startswith("rollout/success/") and k.endswith("@out")), None)
         outs = [(m["step"], m[key]) for m in steps if key in m]
@@ -229,17 +239,18 @@ def login(out: Path) -> list[str]:
         rows.append((s, 100 * cols["bc"][out_col]["success_rate"], 100 * cols["rl"][out_col]["success_rate"], first,
                      100 * sum(rate for _, rate in outs) / max(len(outs), 1)))
     if not rows:
-        return lines + ["not run yet (`FINDINGS=login make demo-findings`)", ""]
+        flag = "" if k == "0" else f"FINDINGS_LOGIN_OUT_DEMOS={k} "
+        return lines + [f"not run yet (`{flag}FINDINGS=login make demo-findings`)", ""]
     lines += ["| seed | BC, logged out | BC + M-GRPO, logged out | composed (>= 10%) | first step a logged-out "
               "rollout succeeds | logged-out rollouts' success, mean over steps |", "|---:|---:|---:|---|---:|---:|"]
     lines += [f"| {s} | {b:.1f} | {r:.1f} | {'yes' if r >= 10 else 'no'} | {first if first is not None else 'none'} "
               f"| {roll:.1f} |" for s, b, r, first, roll in rows]
     lines += ["", f"composed in {sum(r[2] >= 10 for r in rows)} of {len(rows)} seeds (reproduces: >= 3 of 5)", "",
               "How far the logged-out episodes get (counts of episodes):"]
-    first = out / "login" / f"s{rows[0][0]}" / "eval"
+    first = root / f"s{rows[0][0]}" / "eval"
     lines.append(progress_line(f"BC, greedy, held-out ({first})",
                                [r for r in load(first) if r["run"] == "bc" and r["column"].endswith("@out")]))
-    for explore in sorted((out / "login").glob("explore*")):   # BC sampled, on validation pages (docs/history.md)
+    for explore in sorted(root.glob("explore*")):   # BC sampled on validation pages (demo_findings.sh's login_stage)
         if (explore / "results.json").is_file():
             args = json.loads((explore / "results.json").read_text())["args"]
             lines.append(progress_line(f"BC sampled at T = {args['temperature']}, {args['samples']} samples on "

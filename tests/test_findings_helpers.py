@@ -5,7 +5,8 @@
 - readable training dynamics: trainlib.moving_average / plot_metrics(smooth=...) (a "/*" panel draws one
   line per task), and the per-task success metrics of an RL step (rollout.task_counts, reduced over ranks,
   task_success);
-- the log-in argument's table: how far logged-out episodes get (scripts/findings_table.py's login_progress).
+- the log-in argument's tables (scripts/findings_table.py): how far logged-out episodes get (login_progress), one
+  table per data condition (login).
 
 Run: .venv/bin/python -m pytest -q tests/test_findings_helpers.py
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -181,16 +183,23 @@ def test_per_task_success_metrics_reduce_over_ranks():
         f"task_n/{forced[0].task_id}": 1.0, f"task_ok/{forced[0].task_id}": 1.0}
 
 
-def test_login_progress_counts_how_far_logged_out_episodes_get():
-    """scripts/findings_table.py's reading of logged-out episodes: the username and password typed (as the intent
-    states them, wherever typed), a page seen signed in, success."""
+def findings_table():
+    """scripts/findings_table.py as a module (a script: not importable by name)."""
     import importlib.util
-    from pathlib import Path
     spec = importlib.util.spec_from_file_location("findings_table",
                                                   Path(__file__).resolve().parents[1] / "scripts" / "findings_table.py")
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
-    intent = "Unsubscribe from the newsletter. If you need to log in, the username is alex and the password is s3."
+    return table
+
+
+INTENT_OUT = "Unsubscribe from the newsletter. If you need to log in, the username is alex and the password is s3."
+
+
+def test_login_progress_counts_how_far_logged_out_episodes_get():
+    """scripts/findings_table.py's reading of logged-out episodes: the username and password typed (as the intent
+    states them, wherever typed), a page seen signed in, success."""
+    table, intent = findings_table(), INTENT_OUT
     step = lambda action, obs="<h1> Log in </h1>": {"action": action, "observation": obs}   # noqa: E731
     typed = lambda text, el: f'do(action="Type", argument="{text}", element="{el}")'       # noqa: E731
     episodes = [
@@ -202,3 +211,43 @@ def test_login_progress_counts_how_far_logged_out_episodes_get():
     ]
     assert table.login_progress(episodes) == {"episodes": 3, "typed username": 2, "typed password": 2,
                                               "logged in": 1, "succeeded": 1}
+
+
+def test_login_table_per_data_condition(tmp_path):
+    """The log-in stage's tables: the paper's example (login/) not run, the data condition (login-out1/) with one
+    seed whose M-GRPO composes the skills (held-out logged-out 2 of 3 greedy; a logged-out rollout first succeeds at
+    step 2) and its BC's sampled episodes on validation pages."""
+    def episode(run, column, success, typed=()):
+        steps = [{"action": f'do(action="Type", argument="{t}", element="0")', "observation": ""} for t in typed]
+        return {"run": run, "column": column, "intent": INTENT_OUT, "success": success, "steps": steps}
+
+    def evaluation(path, episodes, args=None):
+        path.mkdir(parents=True)
+        runs = {}
+        for r in episodes:
+            runs.setdefault(r["run"], {}).setdefault(r["column"], []).append(r["success"])
+        (path / "results.json").write_text(json.dumps({"args": args or {}, "runs": {
+            run: {"columns": {c: {"success_rate": sum(v) / len(v)} for c, v in cols.items()}}
+            for run, cols in runs.items()}}))
+        (path / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in episodes))
+
+    root = tmp_path / "login-out1"
+    evaluation(root / "s0" / "eval", [episode("bc", "stop-newsletter@out", False, ["alex"]),
+                                      episode("bc", "stop-newsletter@out", False),
+                                      episode("bc", "stop-newsletter@out", False),
+                                      episode("rl", "stop-newsletter@out", True),
+                                      episode("rl", "stop-newsletter@out", True),
+                                      episode("rl", "stop-newsletter@out", False)])
+    (root / "s0" / "rl").mkdir()
+    key = "rollout/success/sitesuite/stop-newsletter@out"
+    (root / "s0" / "rl" / "metrics.jsonl").write_text("".join(json.dumps({"step": s, key: r}) + "\n"
+                                                              for s, r in ((1, 0.0), (2, 0.25), (3, 0.5))))
+    evaluation(root / "explore-t0.5", [episode("bc", "stop-newsletter@out", False, ["alex", "s3"])] * 2,
+               {"temperature": 0.5, "samples": 2, "episodes": 1})
+    text = "\n".join(findings_table().login(tmp_path))
+    assert "not run yet (`FINDINGS=login make demo-findings`)" in text
+    assert "## The log-in argument: BC on logged-in starts and 1 logged-out demonstration (the data condition)" in text
+    assert "| 0 | 0.0 | 66.7 | yes | 2 | 25.0 |" in text and "composed in 1 of 1 seeds" in text
+    assert "episodes 3, typed username 1, typed password 0, logged in 0, succeeded 0" in text      # BC, greedy
+    assert (f"BC sampled at T = 0.5, 2 samples on each of 1 validation pages ({root / 'explore-t0.5'}): "
+            "episodes 2, typed username 2, typed password 2") in text

@@ -236,15 +236,18 @@ def login_runs(root: Path, k: str) -> list[str]:
         key = next((k for m in steps for k in m if k.startswith("rollout/success/") and k.endswith("@out")), None)
         outs = [(m["step"], m[key]) for m in steps if key in m]
         first = next((step for step, rate in outs if rate > 0), None)
-        rows.append((s, 100 * cols["bc"][out_col]["success_rate"], 100 * cols["rl"][out_col]["success_rate"], first,
+        d = paired([r for r in load(root / f"s{s}" / "eval") if r["column"] == out_col], ["bc", "rl"])["rl - bc"]
+        rows.append((s, 100 * cols["bc"][out_col]["success_rate"], 100 * cols["rl"][out_col]["success_rate"],
+                     f"{100 * d['diff']:+.1f} +- {100 * d['stderr']:.1f}", first,
                      100 * sum(rate for _, rate in outs) / max(len(outs), 1)))
     if not rows:
         flag = "" if k == "0" else f"FINDINGS_LOGIN_OUT_DEMOS={k} "
         return lines + [f"not run yet (`{flag}FINDINGS=login make demo-findings`)", ""]
-    lines += ["| seed | BC, logged out | BC + M-GRPO, logged out | composed (>= 10%) | first step a logged-out "
-              "rollout succeeds | logged-out rollouts' success, mean over steps |", "|---:|---:|---:|---|---:|---:|"]
-    lines += [f"| {s} | {b:.1f} | {r:.1f} | {'yes' if r >= 10 else 'no'} | {first if first is not None else 'none'} "
-              f"| {roll:.1f} |" for s, b, r, first, roll in rows]
+    lines += ["| seed | BC, logged out | BC + M-GRPO, logged out | RL - BC, logged out (paired) | composed (>= 10%) "
+              "| first step a logged-out rollout succeeds | logged-out rollouts' success, mean over steps |",
+              "|---:|---:|---:|---:|---|---:|---:|"]
+    lines += [f"| {s} | {b:.1f} | {r:.1f} | {d} | {'yes' if r >= 10 else 'no'} | "
+              f"{first if first is not None else 'none'} | {roll:.1f} |" for s, b, r, d, first, roll in rows]
     lines += ["", f"composed in {sum(r[2] >= 10 for r in rows)} of {len(rows)} seeds (reproduces: >= 3 of 5)", "",
               "How far the logged-out episodes get (counts of episodes):"]
     first = root / f"s{rows[0][0]}" / "eval"

@@ -217,9 +217,10 @@ def test_login_table_per_data_condition(tmp_path):
     """The log-in stage's tables: the paper's example (login/) not run, the data condition (login-out1/) with one
     seed whose M-GRPO composes the skills (held-out logged-out 2 of 3 greedy; a logged-out rollout first succeeds at
     step 2) and its BC's sampled episodes on validation pages."""
-    def episode(run, column, success, typed=()):
+    def episode(run, column, success, typed=(), seed=0):
         steps = [{"action": f'do(action="Type", argument="{t}", element="0")', "observation": ""} for t in typed]
-        return {"run": run, "column": column, "intent": INTENT_OUT, "success": success, "steps": steps}
+        return {"run": run, "column": column, "task": column, "seed": seed, "intent": INTENT_OUT, "success": success,
+                "steps": steps}
 
     def evaluation(path, episodes, args=None):
         path.mkdir(parents=True)
@@ -232,12 +233,14 @@ def test_login_table_per_data_condition(tmp_path):
         (path / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in episodes))
 
     root = tmp_path / "login-out1"
-    evaluation(root / "s0" / "eval", [episode("bc", "stop-newsletter@out", False, ["alex"]),
-                                      episode("bc", "stop-newsletter@out", False),
-                                      episode("bc", "stop-newsletter@out", False),
-                                      episode("rl", "stop-newsletter@out", True),
-                                      episode("rl", "stop-newsletter@out", True),
-                                      episode("rl", "stop-newsletter@out", False)])
+    evaluation(root / "s0" / "eval", [episode("bc", "stop-newsletter@out", False, ["alex"], seed=0),
+                                      episode("bc", "stop-newsletter@out", False, seed=1),
+                                      episode("bc", "stop-newsletter@out", False, seed=2),
+                                      episode("rl", "stop-newsletter@out", True, seed=0),
+                                      episode("rl", "stop-newsletter@out", True, seed=1),
+                                      episode("rl", "stop-newsletter@out", False, seed=2),
+                                      episode("rl", "stop-newsletter@in", True, seed=3),     # not paired: logged in
+                                      episode("bc", "stop-newsletter@in", False, seed=3)])
     (root / "s0" / "rl").mkdir()
     key = "rollout/success/sitesuite/stop-newsletter@out"
     (root / "s0" / "rl" / "metrics.jsonl").write_text("".join(json.dumps({"step": s, key: r}) + "\n"
@@ -247,7 +250,7 @@ def test_login_table_per_data_condition(tmp_path):
     text = "\n".join(findings_table().login(tmp_path))
     assert "not run yet (`FINDINGS=login make demo-findings`)" in text
     assert "## The log-in argument: BC on logged-in starts and 1 logged-out demonstration (the data condition)" in text
-    assert "| 0 | 0.0 | 66.7 | yes | 2 | 25.0 |" in text and "composed in 1 of 1 seeds" in text
+    assert "| 0 | 0.0 | 66.7 | +66.7 +- 33.3 | yes | 2 | 25.0 |" in text and "composed in 1 of 1 seeds" in text
     assert "episodes 3, typed username 1, typed password 0, logged in 0, succeeded 0" in text      # BC, greedy
     assert (f"BC sampled at T = 0.5, 2 samples on each of 1 validation pages ({root / 'explore-t0.5'}): "
             "episodes 2, typed username 2, typed password 2") in text

@@ -6,7 +6,7 @@
   line per task), and the per-task success metrics of an RL step (rollout.task_counts, reduced over ranks,
   task_success);
 - the log-in argument's tables (scripts/findings_table.py): how far logged-out episodes get (login_progress), one
-  table per data condition (login).
+  table per data condition (login), written by the script with no make demo run beside it.
 
 Run: .venv/bin/python -m pytest -q tests/test_findings_helpers.py
 """
@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -247,7 +249,11 @@ def test_login_table_per_data_condition(tmp_path):
                                                               for s, r in ((1, 0.0), (2, 0.25), (3, 0.5))))
     evaluation(root / "explore-t0.5", [episode("bc", "stop-newsletter@out", False, ["alex", "s3"])] * 2,
                {"temperature": 0.5, "samples": 2, "episodes": 1})
-    text = "\n".join(findings_table().login(tmp_path))
+    # the script, the log-in stage alone (no make demo beside it: FINDINGS=login make demo-findings)
+    subprocess.run([sys.executable, "scripts/findings_table.py", "--out", str(tmp_path), "--demo",
+                    str(tmp_path / "no-demo")], cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True)
+    text = (tmp_path / "findings.md").read_text()
+    assert f"No evaluation of make demo in {tmp_path / 'no-demo' / 'eval'}" in text
     assert "not run yet (`FINDINGS=login make demo-findings`)" in text
     assert "## The log-in argument: BC on logged-in starts and 1 logged-out demonstration (the data condition)" in text
     assert "| 0 | 0.0 | 66.7 | +66.7 +- 33.3 | yes | 2 | 25.0 |" in text and "composed in 1 of 1 seeds" in text

@@ -219,6 +219,8 @@ def login(out: Path) -> list[str]:
 
 
 def login_runs(root: Path, k: str) -> list[str]:
+    """One condition's table (k logged-out demonstrations in BC's data): each seed's held-out logged-out success of
+    BC and BC + M-GRPO, paired, and its rollouts; then how far BC's logged-out episodes get."""
     data = ("BC on logged-in starts" if k == "0" else
             f"BC on logged-in starts and {k} logged-out demonstration{'s' * (k != '1')} (the data condition)")
     lines = [f"## The log-in argument: {data}, on-policy M-GRPO on mixed starts (make demo-suite from the base)", ""]
@@ -233,7 +235,8 @@ def login_runs(root: Path, k: str) -> list[str]:
         # the rollouts of logged-out starts, step by step (train_mgrpo's rollout/success/ID@out)
         metrics = root / f"s{s}" / "rl" / "metrics.jsonl"
         steps = [json.loads(line) for line in metrics.read_text().splitlines()]
-        key = next((k for m in steps for k in m if k.startswith("rollout/success/") and k.endswith("@out")), None)
+        key = next((name for m in steps for name in m if name.startswith("rollout/success/")
+                    and name.endswith("@out")), None)
         outs = [(m["step"], m[key]) for m in steps if key in m]
         first = next((step for step, rate in outs if rate > 0), None)
         d = paired([r for r in load(root / f"s{s}" / "eval") if r["column"] == out_col], ["bc", "rl"])["rl - bc"]

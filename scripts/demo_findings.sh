@@ -31,6 +31,10 @@
 #   FINDINGS_OUT=runs/findings   where they go;   DEMO_OUT=runs/demo   make demo's run
 #   FINDINGS_SIZE=smoke          every stage in seconds-long budgets on 2 tasks, one seed (make test runs ref,
 #                                plain, tts and filtered so)
+#   FINDINGS_OUTCOMES=FILE       the model rows' episodes kept in FILE (.jsonl.gz, small enough to commit): read
+#                                beside the stages' directories and written back with them, so that a stage run
+#                                on another machine is paired with the reference rows run here; with it, plain,
+#                                r1zero and login need no make demo run (ref, cot, tts, filtered use its files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, bc, rl, paper_*
@@ -38,6 +42,7 @@ DEMO=${DEMO_OUT:-runs/demo}
 OUT=${FINDINGS_OUT:-runs/findings}
 STAGES=${FINDINGS:-ref r1zero cot plain tts login filtered}
 SIZE=${FINDINGS_SIZE:-default}
+OUTCOMES=${FINDINGS_OUTCOMES:-}
 
 # make demo's budgets (scripts/demo.sh), its size's
 SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=300; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
@@ -55,7 +60,10 @@ case "$SIZE" in
 esac
 mkdir -p "$OUT/test"
 
-if [ "$STAGES" != login ] && [ ! -s "$DEMO/eval/results.json" ]; then
+needs_demo=0      # make demo's checkpoints and files, or (without OUTCOMES) only its evaluation for the table
+for s in $STAGES; do case "$s" in ref|cot|tts|filtered) needs_demo=1 ;; esac; done
+[ "$STAGES" = login ] || [ -s "$OUTCOMES" ] || needs_demo=1
+if [ "$needs_demo" = 1 ] && [ ! -s "$DEMO/eval/results.json" ]; then
   stage "make demo first, into $DEMO (seed 0 of the reference rows)"
   DEMO_OUT="$DEMO" DEMO_SIZE=$SIZE bash scripts/demo.sh
 fi
@@ -167,7 +175,12 @@ for s in $STAGES; do
 done
 
 stage "the findings so far (scripts/findings_table.py), done in $(( $(date +%s) - start ))s"
-$PY scripts/findings_table.py --out "$OUT" --demo "$DEMO"
+table=(--out "$OUT" --demo "$DEMO")
+if [ -n "$OUTCOMES" ]; then
+  [ ! -s "$OUTCOMES" ] || table+=(--outcomes "$OUTCOMES")
+  [ "$STAGES" = login ] || table+=(--save-outcomes "$OUTCOMES")   # (the log-in stage has no model rows)
+fi
+$PY scripts/findings_table.py "${table[@]}"
 if [ -f "$OUT/filtered/table/results.md" ]; then   # every decoding side by side, rl - bc-filtered among them
   echo; echo "== $OUT/filtered/table/results.md"
   sed -n '/^## Every decoding/,/^## Prompting/p' "$OUT/filtered/table/results.md" | sed '$d'

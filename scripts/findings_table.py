@@ -8,11 +8,17 @@ a 95% t-interval from the seeds' spread. A stage not run yet is left out (its ro
 (``--demo``) is seed 0 of the reference rows.
 
     .venv/bin/python scripts/findings_table.py --out runs/findings --demo runs/demo
+
+A run's directories need not outlive the machine it ran on: ``--save-outcomes FILE`` keeps what the model rows
+pair (each episode's page, sample, decoding, success and interactions; make demo's evaluation settings) in a small
+gzipped file to commit, and ``--outcomes FILE`` reads it back beside the directories (a model evaluated in a
+directory wins), so a stage run later, elsewhere, is paired with the reference rows of an earlier run.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import re
 import sys
@@ -43,6 +49,13 @@ class Runs:
         for r in load(path):
             name = (rename or {}).get(r["run"], r["run"])
             self.by_name.setdefault(name, []).append({**r, "run": name})
+
+    def add_outcomes(self, rows: list[dict]) -> None:
+        """Episodes saved by --save-outcomes, of the models no directory gave."""
+        loaded = set(self.by_name)
+        for r in rows:
+            if r["run"] not in loaded:
+                self.by_name.setdefault(r["run"], []).append(r)
 
     def has(self, *names: str) -> bool:
         return all(n in self.by_name for n in names)
@@ -264,10 +277,37 @@ def login_runs(root: Path, k: str) -> list[str]:
     return lines + [""]
 
 
+OUTCOME_KEYS = ("run", "task", "seed", "sample", "decoding", "success", "num_steps")
+
+
+def save_outcomes(path: Path, demo_results: dict, runs: Runs, runs192: Runs) -> None:
+    """Every model episode of the table, reduced to what the model rows pair, with make demo's settings first."""
+    tmp = path.with_name(path.name + ".tmp")         # then renamed: the file read back may be the one written
+    with gzip.open(tmp, "wt") as f:
+        f.write(json.dumps({"demo": {k: demo_results[k] for k in ("args", "budgets")}}) + "\n")
+        for tokens, rs in (("test", runs), ("test192", runs192)):
+            for recs in rs.by_name.values():
+                for r in recs:
+                    f.write(json.dumps({"set": tokens, **{k: r[k] for k in OUTCOME_KEYS}}) + "\n")
+    tmp.replace(path)
+
+
+def read_outcomes(path: Path) -> tuple[dict, dict[str, list[dict]]]:
+    """(make demo's settings, {"test": episodes, "test192": episodes}) of a --save-outcomes file."""
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f]
+    sets: dict[str, list[dict]] = {"test": [], "test192": []}
+    for r in rows[1:]:
+        sets[r.pop("set")].append(r)
+    return rows[0]["demo"], sets
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/findings", help="make demo-findings' output (FINDINGS_OUT)")
     ap.add_argument("--demo", default="runs/demo", help="make demo's run, seed 0 of the reference rows (DEMO_OUT)")
+    ap.add_argument("--outcomes", type=Path, help="episodes saved by --save-outcomes, read beside the directories")
+    ap.add_argument("--save-outcomes", type=Path, help="write the model rows' episodes here (.jsonl.gz)")
     args = ap.parse_args()
     out, demo = Path(args.out), Path(args.demo)
     runs, runs192 = Runs(), Runs()
@@ -276,9 +316,19 @@ def main() -> None:
         (runs192 if path.name.startswith("cot-rl") else runs).add(path)
     for path in sorted((out / "test192").glob("*")):
         runs192.add(path)
+    demo_results = (json.loads((demo / "eval" / "results.json").read_text())      # make demo's evaluation
+                    if (demo / "eval" / "results.json").is_file() else None)
+    if args.outcomes:
+        saved, sets = read_outcomes(args.outcomes)
+        runs.add_outcomes(sets["test"])
+        runs192.add_outcomes(sets["test192"])
+        demo_results = demo_results or saved
+    if args.save_outcomes and not (runs.has("base", "bc", ref_rl(0)) and demo_results):
+        raise SystemExit(f"--save-outcomes: no evaluation of make demo in {demo / 'eval'} to save beside the others")
     page = ["# The paper's other findings from the base, in seeds (issue 70)", ""]
-    if runs.has("base", "bc", ref_rl(0)):
-        demo_results = json.loads((demo / "eval" / "results.json").read_text())      # make demo's evaluation
+    if runs.has("base", "bc", ref_rl(0)) and demo_results:
+        if args.save_outcomes:
+            save_outcomes(args.save_outcomes, demo_results, runs, runs192)
         args_of = demo_results["args"]
         counts = collections.Counter(r["decoding"] for rs in (runs, runs192) for recs in rs.by_name.values()
                                      for r in recs)
@@ -286,10 +336,10 @@ def main() -> None:
                  f"{sum(counts.values())} episodes at {args_of['max_new_tokens']} new tokens, R1-CoT's at more); "
                  f"differences in points, paired by page ({args_of['episodes']} held-out pages per task).", ""]
         page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs)
-        page += tts(out, runs.by_name["bc"], max(demo_results["budgets"]))
+        page += tts(out, [r for r in load(demo / "eval") if r["run"] == "bc"], max(demo_results["budgets"]))
     else:   # the log-in stage alone needs no make demo (it runs on the site suite)
-        page += [f"No evaluation of make demo in {demo / 'eval'}: the rows on its tasks wait for it (make demo, or "
-                 "FINDINGS=ref make demo-findings).", ""]
+        page += [f"No evaluation of make demo in {demo / 'eval'}{' or ' + str(args.outcomes) if args.outcomes else ''}"
+                 ": the rows on its tasks wait for it (make demo, or FINDINGS=ref make demo-findings).", ""]
     page += login(out)
     (out / "findings.md").write_text("\n".join(page))
     print("\n".join(page))

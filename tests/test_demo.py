@@ -69,10 +69,12 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
     reads them. r1zero (seed_run from the base: the function ref runs from BC), cot (variant_bc, seed_train and
     paper_eval as plain runs them, at more tokens; its long thoughts: tests/test_findings_helpers.py) and login
     (make demo-suite: its own smoke runs beside) are left to real runs for make test's minutes: the table is then
-    read again with their evaluations stood in by make demo's, renamed, in the layout each stage writes."""
+    read again with their evaluations stood in by make demo's, renamed, in the layout each stage writes. Last, the
+    model rows kept in FINDINGS_OUTCOMES make the table again with make demo's run gone (FINDINGS=plain, resumed)."""
     proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
                           env=_environ(DEMO_OUT=str(demo), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out),
-                                       FINDINGS="ref plain tts filtered"), timeout=1500)
+                                       FINDINGS="ref plain tts filtered", FINDINGS_OUTCOMES=str(out / "kept.jsonl.gz")),
+                          timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "make demo first" not in log                   # it reused the demo's run
@@ -104,6 +106,14 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
                 "run alone at each budget, its episodes equal to the budget-2 run's first interactions: 1: 6 of 6"):
         assert row in findings, row
     assert "not run yet (`FINDINGS=login make demo-findings`)" in findings
+    # the model rows kept (FINDINGS_OUTCOMES) and read back where make demo's run is gone: plain needs no make demo
+    proc = subprocess.run(["bash", "scripts/demo_findings.sh"], cwd=ROOT, capture_output=True, text=True,
+                          env=_environ(DEMO_OUT=str(out / "gone"), FINDINGS_SIZE="smoke", FINDINGS_OUT=str(out),
+                                       FINDINGS="plain", FINDINGS_OUTCOMES=str(out / "kept.jsonl.gz")), timeout=300)
+    assert proc.returncode == 0 and "make demo first" not in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+    kept = (out / "findings.md").read_text()
+    for row in ("RL - BC by seed", "BC - plain BC", "RL - plain RL by seed", "| bc | T = 1 |"):
+        assert row in kept, row
 
 
 def _renamed(src: Path, dst: Path, names: dict[str, str], also: dict[str, str] | None = None) -> None:

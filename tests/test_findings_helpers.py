@@ -6,7 +6,8 @@
   line per task), and the per-task success metrics of an RL step (rollout.task_counts, reduced over ranks,
   task_success);
 - the log-in argument's tables (scripts/findings_table.py): how far logged-out episodes get (login_progress), one
-  table per data condition (login), written by the script with no make demo run beside it.
+  table per data condition (login), written by the script with no make demo run beside it; the model rows'
+  episodes saved (--save-outcomes) and read back (--outcomes) with the run's directories gone.
 
 Run: .venv/bin/python -m pytest -q tests/test_findings_helpers.py
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +262,42 @@ def test_login_table_per_data_condition(tmp_path):
     assert "episodes 3, typed username 1, typed password 0, logged in 0, succeeded 0" in text      # BC, greedy
     assert (f"BC sampled at T = 0.5, 2 samples on each of 1 validation pages ({root / 'explore-t0.5'}): "
             "episodes 2, typed username 2, typed password 2") in text
+
+
+def test_findings_outcomes_saved_and_read_back(tmp_path):
+    """--save-outcomes keeps what the model rows pair; --outcomes reads it back with make demo's run and the
+    reference seed's directory gone: the reference rows are the same to the digit, and a model evaluated in a
+    directory wins over the file's."""
+    def evaluation(path, rates):
+        path.mkdir(parents=True)
+        (path / "results.json").write_text(json.dumps({"args": {"max_new_tokens": 64, "episodes": 4}, "budgets": [6]}))
+        with open(path / "trajectories.jsonl", "w") as f:
+            for run, rate in rates.items():
+                for seed in range(4):
+                    for decoding, sample in (("T = 1", 0), ("T = 1", 1), ("greedy", 0)):
+                        success = (seed + sample + len(run)) % 4 < 4 * rate
+                        f.write(json.dumps({"run": run, "task": "miniwob/click-button", "seed": seed, "sample": sample,
+                                            "decoding": decoding, "success": success, "num_steps": 2 + seed % 2,
+                                            "steps": [{"response": "r"}]}) + "\n")
+
+    demo, out, saved = tmp_path / "demo", tmp_path / "findings", tmp_path / "outcomes.jsonl.gz"
+    evaluation(demo / "eval", {"base": 0.25, "bc": 0.5, "rl": 0.75})
+    evaluation(out / "test" / "rl-s1", {"rl-s1": 1.0})
+    script = [sys.executable, "scripts/findings_table.py", "--out", str(out)]
+    root = Path(__file__).resolve().parents[1]
+
+    def table(*flags):
+        subprocess.run(script + list(flags), cwd=root, check=True, capture_output=True)
+        text = (out / "findings.md").read_text()
+        return text[text.index("## Reference rows"):text.index("## R1-Zero")]
+
+    first = table("--demo", str(demo), "--save-outcomes", str(saved))
+    assert "BC + M-GRPO s0 75.0, s1 100.0" in first and saved.stat().st_size < 2000
+    shutil.rmtree(demo)
+    shutil.rmtree(out / "test")
+    assert table("--demo", str(demo), "--outcomes", str(saved)) == first
+    evaluation(out / "test" / "rl-s1", {"rl-s1": 0.0})                  # evaluated again: the directory wins
+    assert "s1 0.0" in table("--demo", str(demo), "--outcomes", str(saved))
+    bad = subprocess.run(script + ["--demo", str(demo), "--save-outcomes", str(tmp_path / "x.gz")], cwd=root,
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "--save-outcomes: no evaluation of make demo" in bad.stderr

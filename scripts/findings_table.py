@@ -323,10 +323,11 @@ def main() -> None:
         runs.add_outcomes(sets["test"])
         runs192.add_outcomes(sets["test192"])
         demo_results = demo_results or saved
-    if args.save_outcomes and not (runs.has("base", "bc", ref_rl(0)) and demo_results):
+    have_demo = bool(demo_results) and runs.has("base", "bc", ref_rl(0))
+    if args.save_outcomes and not have_demo:
         raise SystemExit(f"--save-outcomes: no evaluation of make demo in {demo / 'eval'} to save beside the others")
     page = ["# The paper's other findings from the base, in seeds (issue 70)", ""]
-    if runs.has("base", "bc", ref_rl(0)) and demo_results:
+    if have_demo:
         if args.save_outcomes:
             save_outcomes(args.save_outcomes, demo_results, runs, runs192)
         args_of = demo_results["args"]

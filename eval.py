@@ -15,10 +15,10 @@ What it implements
   ``TinySpec.seed``), e.g. ``--model untrained=tiny,bc=ckpt/bc/hf,rl=ckpt/rl/hf``. One table compares them
   (base / BC / RL / R1-Zero / R1-CoT rows).
 - Outputs in ``--out`` (default results/eval):
-  * ``results.json``: the decoding (``decoding``, ``samples``, ``noise``); per run (model x prompt), per task and
-    per column (site or task): success rate, n, pages, SE, successes, pass@k, average response tokens per turn,
-    average interactions per episode; overall; per budget; paired differences by page (``paired``, of pass@K:
-    ``paired_pass``); the greedy column's runs and differences under ``greedy``.
+  * ``results.json``: the decoding (``decoding``, ``samples``, ``noise``) and where it ran (``machine``); per run
+    (model x prompt), per task and per column (site or task): success rate, n, pages, SE, successes, pass@k,
+    average response tokens per turn, average interactions per episode; overall; per budget; paired differences
+    by page (``paired``, of pass@K: ``paired_pass``); the greedy column's runs and differences under ``greedy``.
   * ``results.md``: Table 2 layout (one row per model, one column per site / task family, Average SR),
     Table 3 layout (SR, response length in tokens, number of interactions), and the budget sweep.
   * ``trajectories.jsonl``: every episode (intent, each step's observation, response, action, error,
@@ -383,6 +383,7 @@ def main(args: Args) -> dict[str, Any]:
     tasks = args.env.load_tasks()   # (the browser endpoints checked first, their tokens kept out of logs)
     args_json = webenv.redact(json.dumps(trainlib.args_dict(args)))
     log.info("args %s", args_json)
+    log.info("machine: %s", trainlib.machine())
     # derived
     models = parse_models(args.model, allow_empty=bool(args.reuse))
     prompts = [p.strip() for p in args.compare_prompts.split(",") if p.strip()] or [args.episode.prompt]
@@ -413,6 +414,7 @@ def main(args: Args) -> dict[str, Any]:
 
     # ---- results ----
     results = tabulate(records, args, budgets, json.loads(args_json), round(time.time() - t0, 1))
+    results["machine"] = trainlib.machine()   # (the same command on another CPU may round differently)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     runs, columns = results["runs"], results["columns"]
     md = results_markdown(results, args)

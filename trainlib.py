@@ -21,6 +21,7 @@ import logging
 import typing
 import math
 import os
+import platform
 import random
 import re
 import shutil
@@ -114,6 +115,8 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int, int]:
     local_rank = int(os.environ["LOCAL_RANK"])
     if uses_cuda():
         torch.cuda.set_device(local_rank)
+    if rank == 0:
+        log.info("machine: %s", machine())
     return rank, local_rank, world
 
 
@@ -319,6 +322,27 @@ def set_cpu_threads(n: int) -> None:
     rollouts, and spin-waiting OpenMP workers then cost more than a second thread gains."""
     if n > 0 and not torch.cuda.is_available():
         torch.set_num_threads(n)
+
+
+def machine() -> str:
+    """Where a run ran, for its log and results (``init_distributed`` logs it): torch's build, the CPU (its name,
+    family and model, the instruction set torch's kernels dispatch to, its cores) and the GPUs where there are
+    some. A run is a function of its command on one machine; another CPU's kernels may round otherwise
+    (docs/training.md). Threads are the command's (``--torch-threads``)."""
+    info: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if not line.strip():
+                break                                              # the first processor's fields are enough
+            info.setdefault(key.strip(), value.strip())
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info and "model" in info:
+        name += f", family {info['cpu family']} model {info['model']}"
+    text = f"torch {torch.__version__}, CPU {name} ({torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores)"
+    if torch.cuda.is_available():
+        text += f", GPU {torch.cuda.get_device_name(0)} x {torch.cuda.device_count()}"
+    return text
 
 
 def grad_norm(engine) -> float:

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import env as webenv
 import eval as ev
@@ -28,7 +29,8 @@ def _load(out: Path) -> tuple[dict, list[dict]]:
 
 
 def _check_consistent(results: dict, records: list[dict]) -> None:
-    """Every number of results.json recomputed from trajectories.jsonl."""
+    """Every number of results.json recomputed from trajectories.jsonl, and where the run ran said."""
+    assert results["machine"].startswith(f"torch {torch.__version__}, CPU ") and " cores)" in results["machine"]
     for run, res in results["runs"].items():
         recs = [r for r in records if r["run"] == run]
         for key, cells in (("task", res["tasks"]), ("column", res["columns"])):

@@ -145,6 +145,7 @@ def test_backend_follows_the_models_device_and_waits_longer_than_an_episode(monk
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.append(("set_device", i)))
+    monkeypatch.setattr(trainlib, "machine", lambda: "a GPU machine")   # (no device to name here)
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("WEBAGENT_DEVICE", "cpu")
@@ -232,3 +233,12 @@ def test_collectives_for_real_in_two_gloo_processes(tmp_path):
     for r, got in enumerate(res):
         assert (got["rank"], got["world"], got["backend"], got["device"]) == (r, 2, "gloo", "cpu")
         assert (got["sum"], got["max"], got["fmax"], got["mean"]) == (3, 2, 0.0, {"a": 0.5})
+
+
+def test_machine_names_torch_the_cpu_and_its_kernels():
+    """A run's log and results.json name the machine: the same command on another CPU may round differently."""
+    import torch
+    text = trainlib.machine()
+    assert text.startswith(f"torch {torch.__version__}, CPU ")
+    assert f"({torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores)" in text
+    assert ("GPU " in text) == torch.cuda.is_available()

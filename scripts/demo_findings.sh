@@ -34,7 +34,8 @@
 #   FINDINGS_OUTCOMES=FILE       the model rows' episodes kept in FILE (.jsonl.gz, small enough to commit): read
 #                                beside the stages' directories and written back with them, so that a stage run
 #                                on another machine is paired with the reference rows run here; with it, plain,
-#                                r1zero and login need no make demo run (ref, cot, tts, filtered use its files)
+#                                r1zero and login need no make demo run, cot only its log and BC (made where
+#                                missing, 6 min), and ref, tts and filtered its whole run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, bc, rl, paper_*
@@ -61,7 +62,7 @@ esac
 mkdir -p "$OUT/test"
 
 needs_demo=0      # make demo's checkpoints and files, or (without OUTCOMES) only its evaluation for the table
-for s in $STAGES; do case "$s" in ref|cot|tts|filtered) needs_demo=1 ;; esac; done
+for s in $STAGES; do case "$s" in ref|tts|filtered) needs_demo=1 ;; esac; done
 [ "$STAGES" = login ] || [ -s "$OUTCOMES" ] || needs_demo=1
 if [ "$needs_demo" = 1 ] && [ ! -s "$DEMO/eval/results.json" ]; then
   stage "make demo first, into $DEMO (seed 0 of the reference rows)"
@@ -109,6 +110,7 @@ r1zero_stage() {
 # common random numbers, batch-invariant decoding), so that a stage starts its browser and loads pages once
 cot_stage() {
   local NEW=$COT_NEW s models="bc=$DEMO/bc/hf,cot-bc=$OUT/cot/bc/hf"
+  variant_bc "$DEMO" short            # make demo's own log and BC (there already where make demo ran)
   variant_bc "$OUT/cot" short --thoughts long
   for s in $SEEDS; do seed_train "$OUT/cot/bc/hf" cot-rl "$s"; models="$models,cot-rl-s$s=$OUT/cot-rl-s$s/hf"; done
   paper_eval "$OUT/test192/cot" "$models" "$TEST"

@@ -11,8 +11,8 @@
 #   cot      R1-CoT: make demo's log written with long thoughts (demos.py --thoughts long), BC of the base on it by
 #            make demo's recipe, M-GRPO seeds 0-2, all at up to 192 new tokens a turn; make demo's BC evaluated
 #            again at 192 (the pairs). ~2 hours
-#   plain    the thinking format: the same log in the plain format (--prompt short_plain, the bare action), BC,
-#            M-GRPO seeds 0-2, evaluated with that prompt. ~70 min
+#   plain    the thinking format: the same log in the plain format (--prompt short_plain: the same thought line
+#            and action, no tags), BC, M-GRPO seeds 0-2, evaluated with that prompt. ~70 min (2026-11-30: 67)
 #   tts      test-time interactions: base, BC and the ref seeds evaluated at budgets 2,4,6,8,12 (each read from
 #            the budget-12 episodes), and BC in runs of its own at 2, 4 and 8 (make demo's is at 6), whose episodes
 #            must be the first interactions of its budget-12 ones (the table counts them). ~70 min

@@ -332,9 +332,9 @@ def machine() -> str:
     info: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
             if not line.strip():
                 break                                              # the first processor's fields are enough
+            key, _, value = line.partition(":")
             info.setdefault(key.strip(), value.strip())
     name = info.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in info and "model" in info:

@@ -312,6 +312,7 @@ def main() -> None:
     out, demo = Path(args.out), Path(args.demo)
     runs, runs192 = Runs(), Runs()
     runs.add(demo / "eval", {"rl": ref_rl(0)})
+    demo_bc = runs.by_name.get("bc", [])       # make demo's BC episodes with their steps (the file's rows have none)
     for path in sorted((out / "test").glob("*")):
         (runs192 if path.name.startswith("cot-rl") else runs).add(path)
     for path in sorted((out / "test192").glob("*")):
@@ -337,7 +338,7 @@ def main() -> None:
                  f"{sum(counts.values())} episodes at {args_of['max_new_tokens']} new tokens, R1-CoT's at more); "
                  f"differences in points, paired by page ({args_of['episodes']} held-out pages per task).", ""]
         page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs)
-        page += tts(out, [r for r in load(demo / "eval") if r["run"] == "bc"], max(demo_results["budgets"]))
+        page += tts(out, demo_bc, max(demo_results["budgets"]))
     else:   # the log-in stage alone needs no make demo (it runs on the site suite)
         page += [f"No evaluation of make demo in {demo / 'eval'}{' or ' + str(args.outcomes) if args.outcomes else ''}"
                  ": the rows on its tasks wait for it (make demo, or FINDINGS=ref make demo-findings).", ""]

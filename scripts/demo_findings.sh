@@ -25,7 +25,7 @@
 #            on its log filtered to the successes, joined to make demo's table (RL - filtered BC paired). ~17 min
 # Then the table of every stage run so far, scripts/findings_table.py -> $FINDINGS_OUT/findings.md (each row with
 # its seeds, their mean and 95% interval, and the plan's rule). A step whose output exists is not run again: a
-# stopped stage resumes at its first missing step.
+# stopped stage resumes at its first missing step, a stopped M-GRPO run at its last checkpoint (every 4 steps).
 #
 #   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 11 hours)
 #   FINDINGS_OUT=runs/findings   where they go;   DEMO_OUT=runs/demo   make demo's run
@@ -69,12 +69,13 @@ if [ "$needs_demo" = 1 ] && [ ! -s "$DEMO/eval/results.json" ]; then
   DEMO_OUT="$DEMO" DEMO_SIZE=$SIZE bash scripts/demo.sh
 fi
 
-# seed_train INIT NAME SEED [FLAGS...]: make demo's M-GRPO from INIT with --seed SEED (and FLAGS) into $OUT/NAME-sSEED;
-# seed_run: the same, then evaluated on the held-out pages into $OUT/test/NAME-sSEED
+# seed_train INIT NAME SEED [FLAGS...]: make demo's M-GRPO from INIT with --seed SEED (and FLAGS) into $OUT/NAME-sSEED,
+# checkpointed every 4 steps and resumed from its last checkpoint (a stage spans sittings; a resumed run equals the
+# uninterrupted one); seed_run: the same, then evaluated on the held-out pages into $OUT/test/NAME-sSEED
 seed_train() {
   [ -s "$OUT/$2-s$3/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $3 ${*:4}"
     # shellcheck disable=SC2086  # the flags split into words
-    rl "$1" "$OUT/$2-s$3" "$RL_STEPS" "$NEW" $RL_FLAGS --seed "$3" "${@:4}"; }
+    rl "$1" "$OUT/$2-s$3" "$RL_STEPS" "$NEW" $RL_FLAGS --seed "$3" --save-every 4 --resume "${@:4}"; }
 }
 seed_run() {
   seed_train "$@"

@@ -45,11 +45,14 @@ RL_TEMP=0.5     # rollout temperature: at the paper's T = 1 the tiny BC policy b
                 # its responses (greedy: none), so few groups hold a success to learn from (docs/site-suite.md)
 NEW=80          # response tokens: the longest expert response is ~60 tokens of the tiny tokenizer
 if [ "$SIZE" = smoke ]; then TURNS=3; NEW=48; fi   # the smoke's barely trained model: shorter, the same code
-mkdir -p "$OUT"
 
 BC=${SUITE_BC:-$OUT/bc/hf}
+if [ -n "${SUITE_BC:-}" ] && [ ! -s "$BC/config.json" ]; then
+  echo "SUITE_BC=$BC holds no checkpoint (config.json)" >&2; exit 2      # before anything is written
+fi
+mkdir -p "$OUT"
+
 if [ -n "${SUITE_BC:-}" ]; then
-  [ -s "$BC/config.json" ] || { echo "SUITE_BC=$BC holds no checkpoint (config.json)" >&2; exit 2; }
   stage "1-2/4 skipped: M-GRPO starts from the BC checkpoint SUITE_BC=$BC"
 else
   stage "1/4 expert demonstrations: $EPISODES episodes each of $DEMO_TASKS, $OUT_DEMOS of stop-newsletter@out"

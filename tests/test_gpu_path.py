@@ -1,6 +1,6 @@
 """bench/gpu_path.py, the paper-scale path's one-device script, at its CPU size: a model with Qwen2.5's
-vocabulary under ZeRO-3 on one rank, M-GRPO updates with the reference model's KL, BC steps, a checkpoint
-saved and reloaded, the trainer's log-probs against the reloaded model's. (On a GPU it runs the 0.5B and 3B
+vocabulary under ZeRO-3 on one rank, an M-GRPO update with the reference model's KL, a BC step (one each on the
+CPU; the script's defaults, 2 and 3, on a GPU), a checkpoint saved and reloaded, the trainer's log-probs against the reloaded model's. (On a GPU it runs the 0.5B and 3B
 shapes in bf16; docs/gpu.md.)"""
 import json
 import os
@@ -17,7 +17,8 @@ def test_gpu_path_script_runs_end_to_end_at_cpu_size(tmp_path):
     environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                                   "MASTER_PORT")}
     proc = subprocess.run([sys.executable, "bench/gpu_path.py", "--shape", "tiny", "--turns", "2", "--prompt-tokens",
-                           "128", "--action-tokens", "32", "--out", str(tmp_path)],
+                           "128", "--action-tokens", "32", "--updates", "1", "--bc-steps", "1",
+                           "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env=dict(environ, WEBAGENT_DEVICE="cpu",
                                    TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR",

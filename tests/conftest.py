@@ -34,16 +34,26 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 # `make test` runs two pytest-xdist workers, each module on one of them (`--dist loadfile
-# --no-loadscope-reorder`), in this order: the longest modules first (seconds under `make test`, beside the other
-# worker, from a fresh clone of 46e5ace on 2026-11-27), so that no worker is left with one of them at the end
-# while the other idles (the two ended 22 s apart). The rest follow in file order.
-LONGEST_FIRST = ("test_demo.py",              # ~190-320 s: make demo, demo-findings, demo-suite at smoke size
-                 "test_train_mgrpo_vllm.py",  # ~250-340 s: two M-GRPO runs with vLLM engines and their BC fixture
-                 "test_train_mgrpo.py",       # ~150-230 s: M-GRPO runs on the HF backend
-                 "test_vllm.py",              # ~80 s: two engine starts
-                 "test_train_bc.py",          # ~130 s: BC runs, one of them killed at many points
-                 "test_env_verdicts.py",      # ~40-70 s: episodes at 1 and at 24 contexts, two processes spinning
-                 "test_sandbox.py", "test_webarena.py", "test_sitesuite.py", "test_env_browser.py")
+# --no-loadscope-reorder`), in this order: the modules of 25 s or more longest first (seconds of wall clock, the
+# suite in one process beside another job, 2026-11-30: docs/testing.md), then the rest in file order, so that
+# the last minute is made of short modules the two workers share out. (With only the first ten so ordered, one
+# worker ran alone for the last ~45 s: the cores 33% busy then, /proc/stat sampled every 5 s.)
+LONGEST_FIRST = ("test_demo.py",              # 237: make demo, demo-findings, demo-suite at smoke size
+                 "test_train_mgrpo_vllm.py",  # 226: two M-GRPO runs with vLLM engines, and their BC fixture
+                 "test_train_mgrpo.py",       # 160: M-GRPO runs on the HF backend
+                 "test_sandbox.py",           # 126
+                 "test_webarena.py",          # 113
+                 "test_train_bc.py",          # 113: BC runs, one of them killed at many points
+                 "test_sitesuite.py",         # 100
+                 "test_vllm.py",              # 78: two engine starts
+                 "test_env_browser.py",       # 72
+                 "test_experts.py",           # 64: every expert on two held-out seeds
+                 "test_env_miniwob.py",       # 61
+                 "test_eval.py",              # 49
+                 "test_env_verdicts.py",      # 41: episodes at 1 and at 24 contexts, two processes spinning
+                 "test_rollout.py",           # 36: an episode timed out at 20 s
+                 "test_policy.py",            # 30
+                 "test_gpu_path.py")          # 29 (two updates, three BC steps then; one and one since)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,7 @@
 """bench/gpu_path.py, the paper-scale path's one-device script, at its CPU size: a model with Qwen2.5's
 vocabulary under ZeRO-3 on one rank, an M-GRPO update with the reference model's KL, a BC step (one each on the
-CPU; the script's defaults, 2 and 3, on a GPU), a checkpoint saved and reloaded, the trainer's log-probs against the reloaded model's. (On a GPU it runs the 0.5B and 3B
-shapes in bf16; docs/gpu.md.)"""
+CPU; the script's defaults, 2 and 3, on a GPU), a checkpoint saved and reloaded, the trainer's log-probs against
+the reloaded model's. (On a GPU it runs the 0.5B and 3B shapes in bf16; docs/gpu.md.)"""
 import json
 import os
 import subprocess

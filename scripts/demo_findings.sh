@@ -108,14 +108,20 @@ r1zero_stage() {
   for s in $SEEDS; do seed_run "$BASE" r1zero "$s"; done
 }
 
-# cot, plain and tts evaluate their models together, one eval.py run a stage (the same episodes as one run a model:
-# common random numbers, batch-invariant decoding), so that a stage starts its browser and loads pages once
+# plain and tts evaluate their models together, one eval.py run a stage (the same episodes as one run a model:
+# common random numbers, batch-invariant decoding), so that a stage starts its browser and loads pages once; cot
+# evaluates one model a run into $OUT/test192/NAME, kept as it finishes (~10-25 min a model at 192 tokens: a stage
+# that spans sittings loses at most the model being evaluated)
 cot_stage() {
-  local NEW=$COT_NEW s models="bc=$DEMO/bc/hf,cot-bc=$OUT/cot/bc/hf"
+  local NEW=$COT_NEW s
   variant_bc "$DEMO" short            # make demo's own log and BC (there already where make demo ran)
   variant_bc "$OUT/cot" short --thoughts long
-  for s in $SEEDS; do seed_train "$OUT/cot/bc/hf" cot-rl "$s"; models="$models,cot-rl-s$s=$OUT/cot-rl-s$s/hf"; done
-  paper_eval "$OUT/test192/cot" "$models" "$TEST"
+  paper_eval "$OUT/test192/bc" "bc=$DEMO/bc/hf" "$TEST"
+  paper_eval "$OUT/test192/cot-bc" "cot-bc=$OUT/cot/bc/hf" "$TEST"
+  for s in $SEEDS; do
+    seed_train "$OUT/cot/bc/hf" cot-rl "$s"
+    paper_eval "$OUT/test192/cot-rl-s$s" "cot-rl-s$s=$OUT/cot-rl-s$s/hf" "$TEST"
+  done
 }
 
 plain_stage() {

@@ -314,7 +314,7 @@ def main() -> None:
     runs.add(demo / "eval", {"rl": ref_rl(0)})
     demo_bc = runs.by_name.get("bc", [])       # make demo's BC episodes with their steps (the file's rows have none)
     for path in sorted((out / "test").glob("*")):
-        (runs192 if path.name.startswith("cot-rl") else runs).add(path)
+        runs.add(path)
     for path in sorted((out / "test192").glob("*")):
         runs192.add(path)
     demo_results = (json.loads((demo / "eval" / "results.json").read_text())      # make demo's evaluation

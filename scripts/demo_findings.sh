@@ -11,7 +11,8 @@
 #   cot      R1-CoT: make demo's log written with long thoughts (demos.py --thoughts long), BC of the base on it by
 #            make demo's recipe, M-GRPO seeds 0-2, all at up to 192 new tokens a turn; make demo's BC evaluated
 #            again at 192 (the pairs). ~3-4 hours (2026-11-30: seed 0 73 min, half of it beside other work; alone
-#            M-GRPO ~2.5 min a step at its start, ~1 min at its end)
+#            M-GRPO ~2.5 min a step at its start, ~1 min at its end; evaluations alone: BC 7 min, CoT BC ~33, each
+#            CoT RL seed 13-16)
 #   plain    the thinking format: the same log in the plain format (--prompt short_plain: the same thought line
 #            and action, no tags), BC, M-GRPO seeds 0-2, evaluated with that prompt. ~70 min (2026-11-30: 67)
 #   tts      test-time interactions: base, BC and the ref seeds evaluated at budgets 2,4,6,8,12 (each read from

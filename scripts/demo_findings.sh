@@ -111,7 +111,7 @@ r1zero_stage() {
 
 # plain and tts evaluate their models together, one eval.py run a stage (the same episodes as one run a model:
 # common random numbers, batch-invariant decoding), so that a stage starts its browser and loads pages once; cot
-# evaluates one model a run into $OUT/test192/NAME, kept as it finishes (~10-25 min a model at 192 tokens: a stage
+# evaluates one model a run into $OUT/test192/NAME, kept as it finishes (7-35 min a model at 192 tokens: a stage
 # that spans sittings loses at most the model being evaluated)
 cot_stage() {
   local NEW=$COT_NEW s

@@ -49,7 +49,7 @@ OUTCOMES=${FINDINGS_OUTCOMES:-}
 
 # make demo's budgets (scripts/demo.sh), its size's
 SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=300; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
-NEW=64; TEST=50; COT_NEW=192    # a long thought is ~100 tokens of the tiny tokenizer before its action
+NEW=64; TEST=50; TEST_SET=test; COT_NEW=192    # a long thought is ~100 tokens of the tiny tokenizer before its action
 TTS_STEPS=2,4,6,8,12; TTS_ALONE="2 4 8"; RL_FLAGS="$RL_DEMO_FLAGS $RL_LOG_FLAGS $IN_PLACE"
 LOGIN_OUT_DEMOS=${FINDINGS_LOGIN_OUT_DEMOS:-0}; LOGIN_EXPLORE=30; LOGIN_NEW=80; LOGIN_TURNS=10   # demo_suite.sh's
 case "$SIZE" in
@@ -73,7 +73,7 @@ fi
 
 # seed_train INIT NAME SEED [FLAGS...]: make demo's M-GRPO from INIT with --seed SEED (and FLAGS) into $OUT/NAME-sSEED,
 # checkpointed every 4 steps and resumed from its last checkpoint (a stage spans sittings; a resumed run equals the
-# uninterrupted one); seed_run: the same, then evaluated on the held-out pages into $OUT/test/NAME-sSEED
+# uninterrupted one); seed_run: the same, then evaluated on the held-out pages into $OUT/$TEST_SET/NAME-sSEED
 seed_train() {
   [ -s "$OUT/$2-s$3/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $3 ${*:4}"
     # shellcheck disable=SC2086  # the flags split into words
@@ -81,7 +81,7 @@ seed_train() {
 }
 seed_run() {
   seed_train "$@"
-  paper_eval "$OUT/test/$2-s$3" "$2-s$3=$OUT/$2-s$3/hf" "$TEST"
+  paper_eval "$OUT/$TEST_SET/$2-s$3" "$2-s$3=$OUT/$2-s$3/hf" "$TEST"
 }
 
 # variant_bc DIR PROMPT [DEMOS_FLAGS...]: make demo's log (the same pages and mistakes) written with more demos.py
@@ -114,15 +114,12 @@ r1zero_stage() {
 # evaluates one model a run into $OUT/test192/NAME, kept as it finishes (7-35 min a model at 192 tokens: a stage
 # that spans sittings loses at most the model being evaluated)
 cot_stage() {
-  local NEW=$COT_NEW s
+  local NEW=$COT_NEW TEST_SET=test192 s
   variant_bc "$DEMO" short            # make demo's own log and BC (there already where make demo ran)
   variant_bc "$OUT/cot" short --thoughts long
-  paper_eval "$OUT/test192/bc" "bc=$DEMO/bc/hf" "$TEST"
-  paper_eval "$OUT/test192/cot-bc" "cot-bc=$OUT/cot/bc/hf" "$TEST"
-  for s in $SEEDS; do
-    seed_train "$OUT/cot/bc/hf" cot-rl "$s"
-    paper_eval "$OUT/test192/cot-rl-s$s" "cot-rl-s$s=$OUT/cot-rl-s$s/hf" "$TEST"
-  done
+  paper_eval "$OUT/$TEST_SET/bc" "bc=$DEMO/bc/hf" "$TEST"
+  paper_eval "$OUT/$TEST_SET/cot-bc" "cot-bc=$OUT/cot/bc/hf" "$TEST"
+  for s in $SEEDS; do seed_run "$OUT/cot/bc/hf" cot-rl "$s"; done
 }
 
 plain_stage() {

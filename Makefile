@@ -33,7 +33,7 @@ demo-suite: setup
 	@bash scripts/demo_suite.sh
 
 # The paper's other findings from make demo's base, tasks, log and recipe, in seeds (FINDINGS="ref r1zero cot plain
-# tts login filtered" picks stages; all of them ~9-10 hours on 2 CPU cores, each resumable; scripts/demo_findings.sh).
+# tts login filtered" picks stages; all of them ~11-12 hours on 2 CPU cores, each resumable; scripts/demo_findings.sh).
 demo-findings: setup
 	@bash scripts/demo_findings.sh
 

@@ -10,8 +10,8 @@
 #   r1zero   R1-Zero: make demo's M-GRPO from the base (no BC), seeds 0-2. ~3 x 20 min
 #   cot      R1-CoT: make demo's log written with long thoughts (demos.py --thoughts long), BC of the base on it by
 #            make demo's recipe, M-GRPO seeds 0-2, all at up to 192 new tokens a turn; make demo's BC evaluated
-#            again at 192 (the pairs). ~3-4 hours (2026-11-30: seed 0 73 min, half of it beside other work; alone
-#            M-GRPO ~2.5 min a step at its start, ~1 min at its end; evaluations alone: BC 7 min, CoT BC ~33, each
+#            again at 192 (the pairs). ~5 hours (2026-11-30, alone: the long log and its BC ~10 min, an M-GRPO
+#            seed 66 min, ~2.5 min a step at its start and ~1 at its end; evaluations BC 7 min, CoT BC ~33, each
 #            CoT RL seed 13-16)
 #   plain    the thinking format: the same log in the plain format (--prompt short_plain: the same thought line
 #            and action, no tags), BC, M-GRPO seeds 0-2, evaluated with that prompt. ~70 min (2026-11-30: 67)
@@ -29,7 +29,7 @@
 # its seeds, their mean and 95% interval, and the plan's rule). A step whose output exists is not run again: a
 # stopped stage resumes at its first missing step, a stopped M-GRPO run at its last checkpoint (every 4 steps).
 #
-#   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 9-10 hours)
+#   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 11-12 hours)
 #   FINDINGS_OUT=runs/findings   where they go;   DEMO_OUT=runs/demo   make demo's run
 #   FINDINGS_SIZE=smoke          every stage in seconds-long budgets on 2 tasks, one seed (make test runs ref,
 #                                plain, tts and filtered so)

@@ -218,6 +218,9 @@ def test_an_evaluation_gives_the_same_episodes_at_any_concurrency(tmp_path):
     sampled = {k: v for k, v in alone.items() if k[1] == "T = 1"}
     assert any(v != sampled[k[:4] + (1,)] for k, v in sampled.items() if k[4] == 0)   # samples draw anew
     assert results["decoding"] == "T = 1" and results["samples"] == 2 and results["noise"] == "common"
+    pairs = "paired differences over the 4 pages both ran"          # said where there is a pair to make
+    assert pairs in (tmp_path / "c32/results.md").read_text()
+    assert "both ran" not in (tmp_path / "c1/results.md").read_text()
 
 
 # ---- pure helpers ----

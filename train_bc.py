@@ -239,6 +239,10 @@ def main(args: Args) -> Path:
     total_steps = args.max_steps or max(1, math.ceil(args.epochs * math.ceil(len(samples) / effective_batch)))
     if rank == 0:
         log.info("%d samples (%d dropped as too long), %d optimizer steps", len(samples), dropped, total_steps)
+        learned = sorted(sum(mask) for _, mask in samples)    # the tokens a sample learns: its response
+        log.info("responses %d tokens at the median, %d at the longest: a policy cloned from them needs that many "
+                 "new tokens a turn (--max-new-tokens of eval.py and train_mgrpo.py), or its answers are cut",
+                 learned[len(learned) // 2], learned[-1])
 
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -4,7 +4,7 @@
 # log written with long thoughts) scores 12.0 against BC's 28.5 at T = 1 on the held-out pages at the plan's 192 new
 # tokens a turn, 53% of its turns unparsable, its teacher-forced loss 0.059 and still falling (BC's 0.018).
 # Each model is evaluated as the cot stage evaluates (held-out pages, 50 a task, T = 1 x 2 samples with greedy
-# beside it, <= 6 interactions of <= COT_TOKENS new tokens) into $FINDINGS_OUT/test$COT_TOKENS/NAME, where missing:
+# beside it, <= 6 interactions of <= COT_TOKENS new tokens) into $FINDINGS_OUT/cot$COT_TOKENS/test/NAME, where missing:
 # make demo's BC (bc), the stage's CoT BC (cot-bc) and, with COT_STEPS other than 300, the same BC trained that
 # many steps (cot-bc$COT_STEPS: the same lr 1e-3, 5% warm-up and cosine decay, on the same log); then one paired
 # table of them, and what their turns show (unparsable, ended at the budget, tokens a turn). The rules, each fixed
@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, stage, bc, paper_eval, paper_table
 OUT=${FINDINGS_OUT:-runs/findings}; DEMO=${DEMO_OUT:-runs/demo}
-STEPS=${COT_STEPS:-600}; NEW=${COT_TOKENS:-192}; SET=$OUT/test$NEW
+STEPS=${COT_STEPS:-600}; NEW=${COT_TOKENS:-192}; SET=$OUT/cot$NEW/test   # the cot stage's layout
 for need in "$OUT/cot/demos.jsonl" "$OUT/cot/bc/hf/config.json" "$DEMO/bc/hf/config.json"; do
   [ -s "$need" ] || { echo "missing $need: run FINDINGS=cot make demo-findings (FINDINGS_OUT=$OUT) first" >&2; exit 2; }
 done

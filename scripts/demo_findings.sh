@@ -9,10 +9,10 @@
 #            the reference rows; M-GRPO seeds 1 and 2 from its BC, each evaluated. ~2 x 20 min
 #   r1zero   R1-Zero: make demo's M-GRPO from the base (no BC), seeds 0-2. ~3 x 20 min
 #   cot      R1-CoT: make demo's log written with long thoughts (demos.py --thoughts long), BC of the base on it by
-#            make demo's recipe, M-GRPO seeds 0-2, all at up to 192 new tokens a turn; make demo's BC evaluated
-#            again at 192 (the pairs). ~5 hours (2026-11-30, alone: the long log and its BC ~10 min, an M-GRPO
-#            seed 66 min, ~2.5 min a step at its start and ~1 at its end; evaluations BC 7 min, CoT BC ~33, each
-#            CoT RL seed 13-16)
+#            make demo's recipe, M-GRPO seeds 0-2, all at up to FINDINGS_COT_TOKENS (320) new tokens a turn,
+#            into $FINDINGS_OUT/cot320; make demo's BC evaluated again at that budget (the pairs). At 192 ~5 hours
+#            (2026-11-30, alone: the long log and its BC ~10 min, an M-GRPO seed 66 min, ~2.5 min a step at its
+#            start and ~1 at its end; evaluations BC 7 min, CoT BC ~33, each CoT RL seed 13-16); at 320 more
 #   plain    the thinking format: the same log in the plain format (--prompt short_plain: the same thought line
 #            and action, no tags), BC, M-GRPO seeds 0-2, evaluated with that prompt. ~70 min (2026-11-30: 67)
 #   tts      test-time interactions: base, BC and the ref seeds evaluated at budgets 2,4,6,8,12 (each read from
@@ -31,6 +31,7 @@
 #
 #   FINDINGS="ref r1zero cot plain tts login filtered"   the stages (default: all, about 11-12 hours)
 #   FINDINGS_OUT=runs/findings   where they go;   DEMO_OUT=runs/demo   make demo's run
+#   FINDINGS_COT_TOKENS=320      R1-CoT's new tokens a turn (the plan's 192 cut most of its demonstrations)
 #   FINDINGS_SIZE=smoke          every stage in seconds-long budgets on 2 tasks, one seed (make test runs ref,
 #                                plain, tts and filtered so)
 #   FINDINGS_OUTCOMES=FILE       the model rows' episodes kept in FILE (.jsonl.gz, small enough to commit): read
@@ -49,7 +50,10 @@ OUTCOMES=${FINDINGS_OUTCOMES:-}
 
 # make demo's budgets (scripts/demo.sh), its size's
 SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=300; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
-NEW=64; TEST=50; TEST_SET=test; COT_NEW=192    # a long thought is ~100 tokens of the tiny tokenizer before its action
+NEW=64; TEST=50
+# R1-CoT's new tokens a turn: above the longest long-thought response of make demo's log (294 tokens of the tiny
+# tokenizer, 206 at the median); the plan's 192 cut 236 of its 378 (docs/history.md, "R1-CoT at a budget")
+COT_NEW=${FINDINGS_COT_TOKENS:-320}
 TTS_STEPS=2,4,6,8,12; TTS_ALONE="2 4 8"; RL_FLAGS="$RL_DEMO_FLAGS $RL_LOG_FLAGS $IN_PLACE"
 LOGIN_OUT_DEMOS=${FINDINGS_LOGIN_OUT_DEMOS:-0}; LOGIN_EXPLORE=30; LOGIN_NEW=80; LOGIN_TURNS=10   # demo_suite.sh's
 case "$SIZE" in
@@ -73,7 +77,7 @@ fi
 
 # seed_train INIT NAME SEED [FLAGS...]: make demo's M-GRPO from INIT with --seed SEED (and FLAGS) into $OUT/NAME-sSEED,
 # checkpointed every 4 steps and resumed from its last checkpoint (a stage spans sittings; a resumed run equals the
-# uninterrupted one); seed_run: the same, then evaluated on the held-out pages into $OUT/$TEST_SET/NAME-sSEED
+# uninterrupted one); seed_run: the same, then evaluated on the held-out pages into $OUT/test/NAME-sSEED
 seed_train() {
   [ -s "$OUT/$2-s$3/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $3 ${*:4}"
     # shellcheck disable=SC2086  # the flags split into words
@@ -81,7 +85,7 @@ seed_train() {
 }
 seed_run() {
   seed_train "$@"
-  paper_eval "$OUT/$TEST_SET/$2-s$3" "$2-s$3=$OUT/$2-s$3/hf" "$TEST"
+  paper_eval "$OUT/test/$2-s$3" "$2-s$3=$OUT/$2-s$3/hf" "$TEST"
 }
 
 # variant_bc DIR PROMPT [DEMOS_FLAGS...]: make demo's log (the same pages and mistakes) written with more demos.py
@@ -111,15 +115,17 @@ r1zero_stage() {
 
 # plain and tts evaluate their models together, one eval.py run a stage (the same episodes as one run a model:
 # common random numbers, batch-invariant decoding), so that a stage starts its browser and loads pages once; cot
-# evaluates one model a run into $OUT/test192/NAME, kept as it finishes (7-35 min a model at 192 tokens: a stage
-# that spans sittings loses at most the model being evaluated)
+# evaluates one model a run, kept as it finishes (7-45 min a model: a stage that spans sittings loses at most the
+# model being evaluated). Its long-thought log and BC ($OUT/cot) do not depend on the token budget; its runs at a
+# budget of N new tokens go to $OUT/cotN: the M-GRPO seeds, and test/ the evaluations of make demo's BC, CoT BC and
+# the seeds
 cot_stage() {
-  local NEW=$COT_NEW TEST_SET=test192 s
+  local log=$OUT/cot NEW=$COT_NEW OUT=$OUT/cot$COT_NEW s      # (words are expanded before local assigns them)
   variant_bc "$DEMO" short            # make demo's own log and BC (there already where make demo ran)
-  variant_bc "$OUT/cot" short --thoughts long
-  paper_eval "$OUT/$TEST_SET/bc" "bc=$DEMO/bc/hf" "$TEST"
-  paper_eval "$OUT/$TEST_SET/cot-bc" "cot-bc=$OUT/cot/bc/hf" "$TEST"
-  for s in $SEEDS; do seed_run "$OUT/cot/bc/hf" cot-rl "$s"; done
+  variant_bc "$log" short --thoughts long
+  paper_eval "$OUT/test/bc" "bc=$DEMO/bc/hf" "$TEST"
+  paper_eval "$OUT/test/cot-bc" "cot-bc=$log/bc/hf" "$TEST"
+  for s in $SEEDS; do seed_run "$log/bc/hf" cot-rl "$s"; done
 }
 
 plain_stage() {

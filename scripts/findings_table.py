@@ -120,24 +120,28 @@ def r1zero(runs: Runs) -> list[str]:
     return lines + [""]
 
 
-def cot(runs: Runs, runs192: Runs) -> list[str]:
-    lines = ["## R1-CoT: long thoughts in BC, then M-GRPO, at 192 new tokens (paper: BC 24.5 vs 20.0, RL +5.8 vs "
-             "+13.9)", ""]
-    if not runs192.has("bc", "cot-bc"):
-        return lines + ["not run yet (`FINDINGS=cot make demo-findings`)", ""]
-    seeds = [s for s in SEEDS if runs192.has(f"cot-rl-s{s}") and runs.has(ref_rl(s))]
-    for dec in DECODINGS:
-        a = runs192.diff("cot-bc", "bc", dec)
-        line = (f"- {dec}: (a) CoT BC {runs192.rate('cot-bc', dec):.1f} - BC {runs192.rate('bc', dec):.1f} = "
-                f"{a['diff']:+.1f} +- {a['stderr']:.1f} (n {a['n']})"
-                + (" (reproduces)" if dec == "T = 1" and a["diff"] >= 2 * a["stderr"] > 0 else ""))
-        if seeds:
-            gain = [runs192.diff(f"cot-rl-s{s}", "cot-bc", dec)["diff"] for s in seeds]
-            less = [g - runs.diff(ref_rl(s), "bc", dec)["diff"] for g, s in zip(gain, seeds)]
-            line += (f"; (b) CoT RL - CoT BC by seed {seeds_line(gain)}; minus (RL - BC) {seeds_line(less)}"
-                     + (" (reproduces)" if dec == "T = 1" and excludes_zero(less, -1) else ""))
-        lines.append(line)
-    return lines + [""]
+def cot(runs: Runs, cots: dict[int, Runs]) -> list[str]:
+    """R1-CoT at each budget of new tokens a turn it ran at (``cots[tokens]``: its evaluations there)."""
+    head = "## R1-CoT: long thoughts in BC, then M-GRPO{} (paper: BC 24.5 vs 20.0, RL +5.8 vs +13.9)"
+    lines = []
+    for tokens, at in sorted(cots.items()):
+        if not at.has("bc", "cot-bc"):
+            continue
+        lines += [head.format(f", at {tokens} new tokens a turn"), ""]
+        seeds = [s for s in SEEDS if at.has(f"cot-rl-s{s}") and runs.has(ref_rl(s))]
+        for dec in DECODINGS:
+            a = at.diff("cot-bc", "bc", dec)
+            line = (f"- {dec}: (a) CoT BC {at.rate('cot-bc', dec):.1f} - BC {at.rate('bc', dec):.1f} = "
+                    f"{a['diff']:+.1f} +- {a['stderr']:.1f} (n {a['n']})"
+                    + (" (reproduces)" if dec == "T = 1" and a["diff"] >= 2 * a["stderr"] > 0 else ""))
+            if seeds:
+                gain = [at.diff(f"cot-rl-s{s}", "cot-bc", dec)["diff"] for s in seeds]
+                less = [g - runs.diff(ref_rl(s), "bc", dec)["diff"] for g, s in zip(gain, seeds)]
+                line += (f"; (b) CoT RL - CoT BC by seed {seeds_line(gain)}; minus (RL - BC) {seeds_line(less)}"
+                         + (" (reproduces)" if dec == "T = 1" and excludes_zero(less, -1) else ""))
+            lines.append(line)
+        lines.append("")
+    return lines or [head.format(""), "", "not run yet (`FINDINGS=cot make demo-findings`)", ""]
 
 
 def plain(runs: Runs) -> list[str]:
@@ -280,12 +284,13 @@ def login_runs(root: Path, k: str) -> list[str]:
 OUTCOME_KEYS = ("run", "task", "seed", "sample", "decoding", "success", "num_steps")
 
 
-def save_outcomes(path: Path, demo_results: dict, runs: Runs, runs192: Runs) -> None:
-    """Every model episode of the table, reduced to what the model rows pair, with make demo's settings first."""
+def save_outcomes(path: Path, demo_results: dict, runs: Runs, cots: dict[int, Runs]) -> None:
+    """Every model episode of the table, reduced to what the model rows pair, with make demo's settings first: the
+    set "test" at make demo's budget, "test<N>" R1-CoT's at N new tokens a turn."""
     tmp = path.with_name(path.name + ".tmp")         # then renamed: the file read back may be the one written
     with gzip.open(tmp, "wt") as f:
         f.write(json.dumps({"demo": {k: demo_results[k] for k in ("args", "budgets")}}) + "\n")
-        for tokens, rs in (("test", runs), ("test192", runs192)):
+        for tokens, rs in [("test", runs)] + [(f"test{n}", at) for n, at in sorted(cots.items())]:
             for recs in rs.by_name.values():
                 for r in recs:
                     f.write(json.dumps({"set": tokens, **{k: r[k] for k in OUTCOME_KEYS}}) + "\n")
@@ -293,10 +298,10 @@ def save_outcomes(path: Path, demo_results: dict, runs: Runs, runs192: Runs) -> 
 
 
 def read_outcomes(path: Path) -> tuple[dict, dict[str, list[dict]]]:
-    """(make demo's settings, {"test": episodes, "test192": episodes}) of a --save-outcomes file."""
+    """(make demo's settings, {"test": episodes, "test<N>": episodes, ...}) of a --save-outcomes file."""
     with gzip.open(path, "rt") as f:
         rows = [json.loads(line) for line in f]
-    sets: dict[str, list[dict]] = {"test": [], "test192": []}
+    sets: dict[str, list[dict]] = collections.defaultdict(list, test=[])
     for r in rows[1:]:
         sets[r.pop("set")].append(r)
     return rows[0]["demo"], sets
@@ -310,19 +315,20 @@ def main() -> None:
     ap.add_argument("--save-outcomes", type=Path, help="write the model rows' episodes here (.jsonl.gz)")
     args = ap.parse_args()
     out, demo = Path(args.out), Path(args.demo)
-    runs, runs192 = Runs(), Runs()
+    runs, cots = Runs(), collections.defaultdict(Runs)    # cots[N]: R1-CoT's stage at N new tokens ($OUT/cotN)
     runs.add(demo / "eval", {"rl": ref_rl(0)})
     demo_bc = runs.by_name.get("bc", [])       # make demo's BC episodes with their steps (the file's rows have none)
     for path in sorted((out / "test").glob("*")):
         runs.add(path)
-    for path in sorted((out / "test192").glob("*")):
-        runs192.add(path)
+    for path in sorted(out.glob("cot[0-9]*/test/*")):
+        cots[int(path.parent.parent.name[3:])].add(path)
     demo_results = (json.loads((demo / "eval" / "results.json").read_text())      # make demo's evaluation
                     if (demo / "eval" / "results.json").is_file() else None)
     if args.outcomes:
         saved, sets = read_outcomes(args.outcomes)
-        runs.add_outcomes(sets["test"])
-        runs192.add_outcomes(sets["test192"])
+        runs.add_outcomes(sets.pop("test"))
+        for name, rows in sets.items():
+            cots[int(name[4:])].add_outcomes(rows)
         demo_results = demo_results or saved
     have_demo = bool(demo_results) and runs.has("base", "bc", ref_rl(0))
     if args.save_outcomes and not have_demo:
@@ -330,14 +336,14 @@ def main() -> None:
     page = ["# The paper's other findings from the base, in seeds (issue 70)", ""]
     if have_demo:
         if args.save_outcomes:
-            save_outcomes(args.save_outcomes, demo_results, runs, runs192)
+            save_outcomes(args.save_outcomes, demo_results, runs, cots)
         args_of = demo_results["args"]
-        counts = collections.Counter(r["decoding"] for rs in (runs, runs192) for recs in rs.by_name.values()
-                                     for r in recs)
-        page += [f"From {out} and {demo} ({len(runs.by_name) + len(runs192.by_name)} evaluated models, "
+        every = [runs, *cots.values()]
+        counts = collections.Counter(r["decoding"] for rs in every for recs in rs.by_name.values() for r in recs)
+        page += [f"From {out} and {demo} ({sum(len(rs.by_name) for rs in every)} evaluated models, "
                  f"{sum(counts.values())} episodes at {args_of['max_new_tokens']} new tokens, R1-CoT's at more); "
                  f"differences in points, paired by page ({args_of['episodes']} held-out pages per task).", ""]
-        page += reference(runs) + r1zero(runs) + cot(runs, runs192) + plain(runs)
+        page += reference(runs) + r1zero(runs) + cot(runs, cots) + plain(runs)
         page += tts(out, demo_bc, max(demo_results["budgets"]))
     else:   # the log-in stage alone needs no make demo (it runs on the site suite)
         page += [f"No evaluation of make demo in {demo / 'eval'}{' or ' + str(args.outcomes) if args.outcomes else ''}"

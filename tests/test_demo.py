@@ -98,7 +98,7 @@ def check_findings_smoke(demo: Path, out: Path) -> None:
         assert f"not run yet (`FINDINGS={stage} make demo-findings`)" in findings, stage
     _renamed(demo / "eval", out / "test" / "r1zero-s0", {"rl": "r1zero-s0"})
     for name, renamed in (("bc", "bc"), ("bc", "cot-bc"), ("rl", "cot-rl-s0")):   # cot: one directory a model
-        _renamed(demo / "eval", out / "test192" / renamed, {name: renamed})
+        _renamed(demo / "eval", out / "cot320" / "test" / renamed, {name: renamed})
     subprocess.run([".venv/bin/python", "scripts/findings_table.py", "--out", str(out), "--demo", str(demo)],
                    cwd=ROOT, check=True, capture_output=True)
     findings = (out / "findings.md").read_text()

@@ -265,9 +265,9 @@ def test_login_table_per_data_condition(tmp_path):
 
 
 def test_findings_outcomes_saved_and_read_back(tmp_path):
-    """--save-outcomes keeps what the model rows pair; --outcomes reads it back with make demo's run and the
-    reference seed's directory gone: the reference rows are the same to the digit, and a model evaluated in a
-    directory wins over the file's."""
+    """--save-outcomes keeps what the model rows pair; --outcomes reads it back with make demo's run, the
+    reference seed's directory and R1-CoT's (at 320 tokens) gone: the rows are the same to the digit, and a model
+    evaluated in a directory wins over the file's."""
     def evaluation(path, rates):
         path.mkdir(parents=True)
         (path / "results.json").write_text(json.dumps({"args": {"max_new_tokens": 64, "episodes": 4}, "budgets": [6]}))
@@ -283,18 +283,20 @@ def test_findings_outcomes_saved_and_read_back(tmp_path):
     demo, out, saved = tmp_path / "demo", tmp_path / "findings", tmp_path / "outcomes.jsonl.gz"
     evaluation(demo / "eval", {"base": 0.25, "bc": 0.5, "rl": 0.75})
     evaluation(out / "test" / "rl-s1", {"rl-s1": 1.0})
+    evaluation(out / "cot320" / "test" / "pair", {"bc": 0.5, "cot-bc": 0.25})      # R1-CoT's stage at 320 tokens
     script = [sys.executable, "scripts/findings_table.py", "--out", str(out)]
     root = Path(__file__).resolve().parents[1]
 
     def table(*flags):
         subprocess.run(script + list(flags), cwd=root, check=True, capture_output=True)
         text = (out / "findings.md").read_text()
-        return text[text.index("## Reference rows"):text.index("## R1-Zero")]
+        return text[text.index("## Reference rows"):text.index("## The thinking format")]
 
     first = table("--demo", str(demo), "--save-outcomes", str(saved))
     assert "BC + M-GRPO s0 75.0, s1 100.0" in first and saved.stat().st_size < 2000
-    shutil.rmtree(demo)
-    shutil.rmtree(out / "test")
+    assert "M-GRPO, at 320 new tokens a turn" in first and "(a) CoT BC 25.0 - BC 50.0 = -25.0" in first
+    for gone in (demo, out / "test", out / "cot320"):
+        shutil.rmtree(gone)
     assert table("--demo", str(demo), "--outcomes", str(saved)) == first
     evaluation(out / "test" / "rl-s1", {"rl-s1": 0.0})                  # evaluated again: the directory wins
     assert "s1 0.0" in table("--demo", str(demo), "--outcomes", str(saved))

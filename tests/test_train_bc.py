@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,8 @@ def test_bc_zero3_trains_and_saves(demos, tmp_path, monkeypatch):
     log = run_script("train_bc.py", *BC_FAST, "--data", str(demos), "--out", str(out), "--max-steps", "2",
                      "--ds-config", "configs/zero3.json")
     assert "shm_comm" not in log and not (extensions.exists() and any(extensions.iterdir())), log[-2000:]
+    median, longest = map(int, re.search(r"responses (\d+) tokens at the median, (\d+) at the longest", log).groups())
+    assert 0 < median <= longest < 64              # said, so that the generation budget can hold them
     assert not torch.equal(params("tiny"), params(str(out / "hf")))
     check_checkpoint(out)
     rows = metrics(out)

@@ -193,13 +193,12 @@ def results_markdown(results: dict, args: Any) -> str:
              table2(runs, columns)]
     if k > 1 or "greedy" in results:
         paper = " (the paper's decoding)" if label == "T = 1" else ""
-        pairs = results["paired"]      # none with one model
         parts += [f"\n## Every decoding side by side (%; SE clustered by page; paired differences in points, page "
                   f"by page)\n\nSR, {label}{paper}: the mean of each page's {k} samples" + (
                       f"; pass@{k}: a page counts if any of its {k} samples succeeds (Chen et al. 2021's estimator)"
                       if k > 1 else "") + ("; greedy: one answer per page" if "greedy" in results else "") + "." + (
-                      f" The rows `a - b`: paired differences over the {next(iter(pairs.values()))['n']} pages both "
-                      "ran." if pairs else "") + "\n",
+                      f" The rows `a - b`: paired differences over the {next(iter(results['paired'].values()))['n']} "
+                      "pages both ran." if results["paired"] else "") + "\n",      # no pair with one model
                   decodings_table(results)]
     elif results["paired"]:
         parts += ["\n## Paired differences in success rate (points; the same pages)\n",

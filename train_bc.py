@@ -239,7 +239,7 @@ def main(args: Args) -> Path:
     total_steps = args.max_steps or max(1, math.ceil(args.epochs * math.ceil(len(samples) / effective_batch)))
     if rank == 0:
         log.info("%d samples (%d dropped as too long), %d optimizer steps", len(samples), dropped, total_steps)
-        learned = sorted(sum(mask) for _, mask in samples)    # the tokens a sample learns: its response
+        learned = sorted(sum(mask) for _, mask in samples)    # its response (its answer with --no-think-in-loss)
         log.info("responses %d tokens at the median, %d at the longest: a policy cloned from them needs that many "
                  "new tokens a turn (--max-new-tokens of eval.py and train_mgrpo.py), or its answers are cut",
                  learned[len(learned) // 2], learned[-1])

@@ -52,7 +52,7 @@ OUTCOMES=${FINDINGS_OUTCOMES:-}
 SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=300; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
 NEW=64; TEST=50
 # R1-CoT's new tokens a turn: above the longest long-thought response of make demo's log (294 tokens of the tiny
-# tokenizer, 206 at the median); the plan's 192 cut 236 of its 378 (docs/history.md, "R1-CoT at a budget")
+# tokenizer, 206 at the median); the plan's 192 cut 236 of its 378 (docs/history.md, "R1-CoT: what holds")
 COT_NEW=${FINDINGS_COT_TOKENS:-320}
 TTS_STEPS=2,4,6,8,12; TTS_ALONE="2 4 8"; RL_FLAGS="$RL_DEMO_FLAGS $RL_LOG_FLAGS $IN_PLACE"
 LOGIN_OUT_DEMOS=${FINDINGS_LOGIN_OUT_DEMOS:-0}; LOGIN_EXPLORE=30; LOGIN_NEW=80; LOGIN_TURNS=10   # demo_suite.sh's

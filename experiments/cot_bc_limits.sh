@@ -41,9 +41,19 @@ paper_table "$(for m in $MODELS; do printf '%s,' "$SET/$m"; done | sed 's/,$//')
 
 # what the turns show, model by model (T = 1), and each BC's training loss and token accuracy at its end
 $PY - "$SET" "$NEW" $(for m in $MODELS; do echo "$m=$(bc_dir "$m")"; done) <<'PY'
-import json, sys
+import json, re, sys
 from pathlib import Path
 runs, budget = Path(sys.argv[1]), int(sys.argv[2])
+named, acted = re.compile(r"click element (\d+)", re.I), re.compile(r'element="(\d+)"')
+
+
+def disagree(turns):   # of the parsed turns whose thought names the element it acts on: (acting on another, all)
+    pairs = [(named.findall(s["response"].split("</think>")[0]), acted.findall(s["action"] or ""))
+             for s in turns if not s["parse_error"]]
+    pairs = [(t[-1], a[0]) for t, a in pairs if t and a]
+    return sum(t != a for t, a in pairs), len(pairs)
+
+
 for arg in sys.argv[3:]:
     run, bc_dir = arg.split("=", 1)
     turns = [s for line in (runs / run / "trajectories.jsonl").read_text().splitlines()
@@ -53,7 +63,9 @@ for arg in sys.argv[3:]:
     tokens = sum(s["response_tokens"] for s in turns) / len(turns)
     rows = [json.loads(line) for line in (Path(bc_dir) / "metrics.jsonl").read_text().splitlines()[-20:]]
     loss, acc = (sum(m[k] for m in rows) / len(rows) for k in ("train/loss", "train/action_token_acc"))
+    other, said = disagree(turns)
     print(f"{run}: {len(turns)} turns at T = 1, unparsable {100 * bad / len(turns):.1f}%, ended at the {budget}-token "
-          f"budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn; its BC's last 20 steps: loss "
-          f"{loss:.3f}, token accuracy {100 * acc:.1f}%")
+          f"budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn, acting on another element than "
+          f"its thought names in {other} of {said}; its BC's last 20 steps: loss {loss:.3f}, token accuracy "
+          f"{100 * acc:.1f}%")
 PY

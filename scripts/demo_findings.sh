@@ -10,9 +10,9 @@
 #   r1zero   R1-Zero: make demo's M-GRPO from the base (no BC), seeds 0-2. ~3 x 20 min
 #   cot      R1-CoT: make demo's log written with long thoughts (demos.py --thoughts long), BC of the base on it by
 #            make demo's recipe, M-GRPO seeds 0-2, all at up to FINDINGS_COT_TOKENS (320) new tokens a turn,
-#            into $FINDINGS_OUT/cot320; make demo's BC evaluated again at that budget (the pairs). At 192 ~5 hours
-#            (2026-11-30, alone: the long log and its BC ~10 min, an M-GRPO seed 66 min, ~2.5 min a step at its
-#            start and ~1 at its end; evaluations BC 7 min, CoT BC ~33, each CoT RL seed 13-16); at 320 more
+#            into $FINDINGS_OUT/cot320; make demo's BC evaluated again at that budget (the pairs). ~5 hours
+#            (2026-11-30, alone, at 320: the long log and its BC ~10 min, an M-GRPO seed 64-67 min, ~2 min a step;
+#            evaluations BC 4 min, CoT BC 26, each CoT RL seed 16-19; at 192 about the same)
 #   plain    the thinking format: the same log in the plain format (--prompt short_plain: the same thought line
 #            and action, no tags), BC, M-GRPO seeds 0-2, evaluated with that prompt. ~70 min (2026-11-30: 67)
 #   tts      test-time interactions: base, BC and the ref seeds evaluated at budgets 2,4,6,8,12 (each read from

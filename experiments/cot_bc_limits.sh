@@ -7,8 +7,10 @@
 # beside it, <= 6 interactions of <= COT_TOKENS new tokens) into $FINDINGS_OUT/cot$COT_TOKENS/test/NAME, where missing:
 # make demo's BC (bc), the stage's CoT BC (cot-bc) and, with COT_STEPS other than 300, the same BC trained that
 # many steps (cot-bc$COT_STEPS: the same lr 1e-3, 5% warm-up and cosine decay, on the same log); then one paired
-# table of them, and what their turns show (unparsable, ended at the budget, tokens a turn). The rules, each fixed
-# before its run:
+# table of them, and what their turns show (unparsable, ended at the budget, tokens a turn). The cot stage's M-GRPO
+# seeds evaluated at the budget (cot-rl-sN) get the same turn counts, with what their training rollouts gave the
+# update: the share of groups of equal rewards (no signal but the invalid-action penalty's) and each task's rollout
+# successes; make demo's M-GRPO seeds ($DEMO/rl, $FINDINGS_OUT/rl-sN) beside them. The rules, each fixed before its run:
 # 1. Steps (2026-11-30, 17:00; COT_STEPS=600 at 192 tokens): the reversal is underfitting at 300 steps if CoT BC 600
 #    - BC at T = 1 is no longer below 0 at 2 SE (paired by page); otherwise it is reported as surviving twice the
 #    training, with CoT BC 600 - CoT BC 300 and the unparsable share beside it.
@@ -22,7 +24,7 @@
 #   COT_STEPS=600 COT_TOKENS=192                                                      and BC: FINDINGS=cot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/demo_common.sh            # PY, TASKS, BASE, stage, bc, paper_eval, paper_table
+source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_G, stage, bc, paper_eval, paper_table
 OUT=${FINDINGS_OUT:-runs/findings}; DEMO=${DEMO_OUT:-runs/demo}
 STEPS=${COT_STEPS:-600}; NEW=${COT_TOKENS:-192}; SET=$OUT/cot$NEW/test   # the cot stage's layout
 for need in "$OUT/cot/demos.jsonl" "$OUT/cot/bc/hf/config.json" "$DEMO/bc/hf/config.json"; do
@@ -39,11 +41,18 @@ for m in $MODELS; do paper_eval "$SET/$m" "$m=$(bc_dir "$m")/hf" 50; done
 stage "one table: $MODELS at $NEW tokens (held-out pages, paired)"
 paper_table "$(for m in $MODELS; do printf '%s,' "$SET/$m"; done | sed 's/,$//')" "$OUT/cot-limits$NEW-$STEPS" 50
 
-# what the turns show, model by model (T = 1), and each BC's training loss and token accuracy at its end
-$PY - "$SET" "$NEW" $(for m in $MODELS; do echo "$m=$(bc_dir "$m")"; done) <<'PY'
+# what the turns show, model by model (T = 1), each BC's training loss and token accuracy at its end, and each
+# M-GRPO seed's rollouts (R1-CoT's at this budget, evaluated; make demo's recipe's for reference)
+rl_runs() {   # NAME=TRAINING_DIR of the R1-CoT seeds evaluated at this budget, then of make demo's recipe's seeds
+  local d
+  for d in "$SET"/cot-rl-s*; do [ ! -s "$d/results.json" ] || echo "${d##*/}=$OUT/cot$NEW/${d##*/}"; done
+  [ ! -s "$DEMO/rl/metrics.jsonl" ] || echo "rl-s0=$DEMO/rl"
+  for d in "$OUT"/rl-s*; do [ ! -s "$d/metrics.jsonl" ] || echo "${d##*/}=$d"; done
+}
+$PY - "$SET" "$NEW" "$RL_DEMO_G" $(for m in $MODELS; do echo "$m=$(bc_dir "$m")"; done) $(rl_runs) <<'PY'
 import json, re, sys
 from pathlib import Path
-runs, budget = Path(sys.argv[1]), int(sys.argv[2])
+runs, budget, group = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])   # G: rollouts a task a step
 named, acted = re.compile(r"click element (\d+)", re.I), re.compile(r'element="(\d+)"')
 
 
@@ -54,18 +63,36 @@ def disagree(turns):   # of the parsed turns whose thought names the element it 
     return sum(t != a for t, a in pairs), len(pairs)
 
 
-for arg in sys.argv[3:]:
-    run, bc_dir = arg.split("=", 1)
+def turn_counts(run):
     turns = [s for line in (runs / run / "trajectories.jsonl").read_text().splitlines()
              for r in [json.loads(line)] if r["decoding"] == "T = 1" for s in r["steps"]]
     bad = sum(bool(s["parse_error"]) for s in turns)
     cut = sum(s["finish_reason"] == "length" for s in turns)
     tokens = sum(s["response_tokens"] for s in turns) / len(turns)
-    rows = [json.loads(line) for line in (Path(bc_dir) / "metrics.jsonl").read_text().splitlines()[-20:]]
-    loss, acc = (sum(m[k] for m in rows) / len(rows) for k in ("train/loss", "train/action_token_acc"))
     other, said = disagree(turns)
-    print(f"{run}: {len(turns)} turns at T = 1, unparsable {100 * bad / len(turns):.1f}%, ended at the {budget}-token "
-          f"budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn, acting on another element than "
-          f"its thought names in {other} of {said}; its BC's last 20 steps: loss {loss:.3f}, token accuracy "
-          f"{100 * acc:.1f}%")
+    return (f"{run}: {len(turns)} turns at T = 1, unparsable {100 * bad / len(turns):.1f}%, ended at the {budget}-token "
+            f"budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn, acting on another element than "
+            f"its thought names in {other} of {said}")
+
+
+def rollouts(metrics):   # an M-GRPO run's steps: groups of equal rewards, and each task's successes of its rollouts
+    steps = [m for m in metrics if "rollout/frac_zero_std" in m]
+    tasks = sorted({k for m in steps for k in m if k.startswith("rollout/success/")})
+    wins = {t.split("/")[-1]: round(sum(m.get(t, 0) * group for m in steps)) for t in tasks}
+    seen = {t.split("/")[-1]: group * sum(t in m for m in steps) for t in tasks}
+    equal = sum(m["rollout/frac_zero_std"] for m in steps) / len(steps)
+    return (f"{len(steps)} steps, groups of equal rewards {100 * equal:.1f}%; rollouts succeeding by task: "
+            + ", ".join(f"{t} {wins[t]}/{seen[t]}" for t in wins))
+
+
+for arg in sys.argv[4:]:
+    run, train_dir = arg.split("=", 1)
+    metrics = [json.loads(line) for line in (Path(train_dir) / "metrics.jsonl").read_text().splitlines()]
+    if "-rl-s" in run or run.startswith("rl-s"):
+        head = turn_counts(run) + "; " if (runs / run / "trajectories.jsonl").is_file() else f"{run} (make demo's recipe): "
+        print(head + "its M-GRPO training's " + rollouts(metrics))
+        continue
+    rows = metrics[-20:]
+    loss, acc = (sum(m[k] for m in rows) / len(rows) for k in ("train/loss", "train/action_token_acc"))
+    print(f"{turn_counts(run)}; its BC's last 20 steps: loss {loss:.3f}, token accuracy {100 * acc:.1f}%")
 PY

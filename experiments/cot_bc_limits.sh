@@ -8,9 +8,10 @@
 # make demo's BC (bc), the stage's CoT BC (cot-bc) and, with COT_STEPS other than 300, the same BC trained that
 # many steps (cot-bc$COT_STEPS: the same lr 1e-3, 5% warm-up and cosine decay, on the same log); then one paired
 # table of them, and what their turns show (unparsable, ended at the budget, tokens a turn). The cot stage's M-GRPO
-# seeds evaluated at the budget (cot-rl-sN) get the same turn counts, with what their training rollouts gave the
-# update: the share of groups of equal rewards (no signal but the invalid-action penalty's) and each task's rollout
-# successes; make demo's M-GRPO seeds ($DEMO/rl, $FINDINGS_OUT/rl-sN) beside them. The rules, each fixed before its run:
+# seeds evaluated at the budget (cot-rl-s*) get the same turn counts, with what their training rollouts gave the
+# update: the share of groups whose rewards (the invalid-action penalty included) are all equal, and each task's
+# rollout successes (where a task's rollouts never succeed, its groups carry the penalty's signal alone); make demo's
+# M-GRPO seeds ($DEMO/rl, $FINDINGS_OUT/rl-sN) beside them. The rules, each fixed before its run:
 # 1. Steps (2026-11-30, 17:00; COT_STEPS=600 at 192 tokens): the reversal is underfitting at 300 steps if CoT BC 600
 #    - BC at T = 1 is no longer below 0 at 2 SE (paired by page); otherwise it is reported as surviving twice the
 #    training, with CoT BC 600 - CoT BC 300 and the unparsable share beside it.
@@ -70,8 +71,8 @@ def turn_counts(run):
     cut = sum(s["finish_reason"] == "length" for s in turns)
     tokens = sum(s["response_tokens"] for s in turns) / len(turns)
     other, said = disagree(turns)
-    return (f"{run}: {len(turns)} turns at T = 1, unparsable {100 * bad / len(turns):.1f}%, ended at the {budget}-token "
-            f"budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn, acting on another element than "
+    return (f"{run}: {len(turns)} turns at T = 1, unparsable {100 * bad / len(turns):.1f}%, ended at the "
+            f"{budget}-token budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn, acting on another element than "
             f"its thought names in {other} of {said}")
 
 
@@ -88,8 +89,9 @@ def rollouts(metrics):   # an M-GRPO run's steps: groups of equal rewards, and e
 for arg in sys.argv[4:]:
     run, train_dir = arg.split("=", 1)
     metrics = [json.loads(line) for line in (Path(train_dir) / "metrics.jsonl").read_text().splitlines()]
-    if "-rl-s" in run or run.startswith("rl-s"):
-        head = turn_counts(run) + "; " if (runs / run / "trajectories.jsonl").is_file() else f"{run} (make demo's recipe): "
+    if run.startswith(("rl-s", "cot-rl-s")):
+        evaluated = (runs / run / "trajectories.jsonl").is_file()
+        head = turn_counts(run) + "; " if evaluated else f"{run} (make demo's recipe): "
         print(head + "its M-GRPO training's " + rollouts(metrics))
         continue
     rows = metrics[-20:]

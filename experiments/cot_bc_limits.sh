@@ -72,8 +72,8 @@ def turn_counts(run):
     tokens = sum(s["response_tokens"] for s in turns) / len(turns)
     other, said = disagree(turns)
     return (f"{run}: {len(turns)} turns at T = 1, unparsable {100 * bad / len(turns):.1f}%, ended at the "
-            f"{budget}-token budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn, acting on another element than "
-            f"its thought names in {other} of {said}")
+            f"{budget}-token budget {100 * cut / len(turns):.1f}%, {tokens:.0f} new tokens a turn, acting on another "
+            f"element than its thought names in {other} of {said}")
 
 
 def rollouts(metrics):   # an M-GRPO run's steps: groups of equal rewards, and each task's successes of its rollouts

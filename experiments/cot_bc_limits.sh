@@ -9,9 +9,10 @@
 # many steps (cot-bc$COT_STEPS: the same lr 1e-3, 5% warm-up and cosine decay, on the same log); then one paired
 # table of them, and what their turns show (unparsable, ended at the budget, tokens a turn). The cot stage's M-GRPO
 # seeds evaluated at the budget (cot-rl-s*) get the same turn counts, with what their training rollouts gave the
-# update: the share of groups whose rewards (the invalid-action penalty included) are all equal, and each task's
-# rollout successes (where a task's rollouts never succeed, its groups carry the penalty's signal alone); make demo's
-# M-GRPO seeds ($DEMO/rl, $FINDINGS_OUT/rl-sN) beside them. The rules, each fixed before its run:
+# update: their success in the first and last 8 steps, the share of groups whose rewards (the invalid-action
+# penalty included) are all equal, and each task's rollout successes (where a task's rollouts never succeed, its
+# groups carry the penalty's signal alone); make demo's M-GRPO seeds ($DEMO/rl, $FINDINGS_OUT/rl-sN) beside them.
+# The rules, each fixed before its run:
 # 1. Steps (2026-11-30, 17:00; COT_STEPS=600 at 192 tokens): the reversal is underfitting at 300 steps if CoT BC 600
 #    - BC at T = 1 is no longer below 0 at 2 SE (paired by page); otherwise it is reported as surviving twice the
 #    training, with CoT BC 600 - CoT BC 300 and the unparsable share beside it.
@@ -82,7 +83,9 @@ def rollouts(metrics):   # an M-GRPO run's steps: groups of equal rewards, and e
     wins = {t.split("/")[-1]: round(sum(m.get(t, 0) * group for m in steps)) for t in tasks}
     seen = {t.split("/")[-1]: group * sum(t in m for m in steps) for t in tasks}
     equal = sum(m["rollout/frac_zero_std"] for m in steps) / len(steps)
-    return (f"{len(steps)} steps, groups of equal rewards {100 * equal:.1f}%; rollouts succeeding by task: "
+    first, last = (sum(m["rollout/success_rate"] for m in part) / len(part) for part in (steps[:8], steps[-8:]))
+    return (f"{len(steps)} steps, rollout success {100 * first:.1f}% in the first 8 and {100 * last:.1f}% in the last "
+            f"8, groups of equal rewards {100 * equal:.1f}%; rollouts succeeding by task: "
             + ", ".join(f"{t} {wins[t]}/{seen[t]}" for t in wins))
 
 

@@ -89,7 +89,8 @@ def _cell(recs: list[dict]) -> dict[str, Any]:
             "avg_interactions": turns / n if n else 0.0,
             "parse_fail_rate": sum(r["parse_errors"] for r in recs) / turns if turns else 0.0,
             "env_errors": sum(r["env_errors"] for r in recs),
-            "action_timeouts": sum(action_timed_out(st) for r in recs for st in r["steps"])}
+            "action_timeouts": sum(action_timed_out(st) for r in recs for st in r["steps"]),
+            "hung_scripts": sum(len(st.get("hung_scripts", ())) for r in recs for st in r["steps"])}
 
 
 def solved_within(rec: dict, k: int) -> bool:

@@ -212,7 +212,8 @@ async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg
         traj.parse_errors += int(bool(info.get("parse_error")))
         traj.steps.append({"url": obs.url, "observation": shown, "error": obs.error, "response": gen.text,
                            "action": info.get("action"), "action_error": info.get("error"), "screenshot": shot,
-                           "parse_error": bool(info.get("parse_error")), "finish_reason": gen.finish_reason})
+                           "parse_error": bool(info.get("parse_error")), "finish_reason": gen.finish_reason,
+                           "hung_scripts": info.get("hung_scripts", [])})
         turns.append(compress.Turn(shown, gen.text, obs.error))
         if res.done:
             traj.reward, traj.done_reason = float(res.reward), info.get("done_reason")
@@ -347,7 +348,7 @@ async def rollouts(runner: Runner, backend, tokenizer, jobs: Sequence[Job], cfg:
 def trajectory_stats(trajs: list[Trajectory]) -> dict[str, float]:
     """What a batch of trajectories did (an RL step's ``rollout/*`` metrics): reward, success, response tokens,
     turns, unparsable responses per turn, and the environment's failures (ended episodes, actions that timed
-    out), counted rather than hidden in the success rate."""
+    out, page scripts stopped for hanging: env/hangs.py), counted rather than hidden in the success rate."""
     n = max(len(trajs), 1)
     steps = sum(len(t.steps) for t in trajs)
     return {
@@ -358,6 +359,7 @@ def trajectory_stats(trajs: list[Trajectory]) -> dict[str, float]:
         "rollout/parse_fail_rate": sum(t.parse_errors for t in trajs) / max(steps, 1),
         "rollout/env_errors": float(sum(t.env_error for t in trajs)),
         "rollout/action_timeouts": float(sum(action_timed_out(st) for t in trajs for st in t.steps)),
+        "rollout/hung_scripts": float(sum(len(st.get("hung_scripts", ())) for t in trajs for st in t.steps)),
         "rollout/truncated_tokens": float(sum(t.truncated_tokens for t in trajs)),
     }
 

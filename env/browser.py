@@ -57,6 +57,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from .actions import Action, ActionParseError, format_action, parse_action
 from .execute import execute
+from .hangs import MAX_DIALOGS, PageHung, ScriptGuard
 from .sandbox import Sandbox, proxy_host, proxy_settings, proxy_toward, sandbox_proxy
 from .tasks import SECRETS, EpisodeCrash, Task, TaskFamily, family_of, first_line, redact
 
@@ -438,12 +439,15 @@ class ContextWatch:
     page crashed, the context closed while an episode ran (``running()``), a service worker started (counted
     as blocked; such a context is not reused). One watch per context: ``stop()`` when the env lets its context
     go, after which that context's events (they still arrive while it closes) change nothing. A new tab
-    becomes the active one (``on_tab(page)``)."""
+    becomes the active one (``on_tab(page)``); every tab is attached to the env's ``guard`` (hangs.py), which
+    also stops a dialog loop: more than MAX_DIALOGS dialogs in one step."""
 
-    def __init__(self, context: Any, sandbox: Sandbox, on_tab: Any, running: Any) -> None:
+    def __init__(self, context: Any, sandbox: Sandbox, on_tab: Any, running: Any, guard: ScriptGuard) -> None:
         self.sandbox = sandbox
         self.on_tab = on_tab
         self.running = running
+        self.guard = guard
+        self.context = context
         self.live = True
         self.new_episode()
         context.on("serviceworker", self._on_service_worker)
@@ -460,7 +464,8 @@ class ContextWatch:
         self.navs = 0                           # main-frame navigations, of any tab
         self.opened = 0                         # tabs opened (popups, target=_blank, the start tabs)
         self.tab_opened = asyncio.Event()
-        self.dialogs: list[str] = []            # accepted during the current step (step() clears it)
+        self.dialogs: list[str] = []            # accepted during the current step (step() clears both)
+        self.n_dialogs = 0                      # ... and how many (the list keeps the first MAX_DIALOGS)
         self.crash: str | None = None
         self.worker_started = False
 
@@ -477,6 +482,7 @@ class ContextWatch:
         page.on("crash", lambda _p: self.set_crash("the page crashed"))
         page.on("dialog", self._on_dialog)
         page.on("framenavigated", lambda f: self._on_nav(page, f))
+        self.guard.attach(self.context, page)
         self.opened += 1
         self.tab_opened.set()
         self.on_tab(page)
@@ -492,11 +498,20 @@ class ContextWatch:
 
     async def _on_dialog(self, dialog: Any) -> None:
         """alert/confirm/prompt/beforeunload: accepted (a confirm() guards the agent's own action, e.g. a
-        delete button); the message is reported in info["dialogs"] of the step."""
-        if self.live:
-            self.dialogs.append(f"{dialog.type}: {dialog.message}"[:300])
+        delete button); the message is reported in info["dialogs"] of the step. Past MAX_DIALOGS in one step the
+        page is in a dialog loop: the guard is told to stop its script and the dialog is dismissed (a loop that
+        goes on ends the episode: hangs.py)."""
         with contextlib.suppress(PlaywrightError):
-            await dialog.accept()
+            if not self.live:
+                await dialog.accept()
+                return
+            self.n_dialogs += 1
+            if self.n_dialogs <= MAX_DIALOGS:
+                self.dialogs.append(f"{dialog.type}: {dialog.message}"[:300])
+                await dialog.accept()
+                return
+            self.guard.stop(dialog.page, f"{self.n_dialogs} dialogs in one step (a dialog loop)")
+            await dialog.dismiss()
 
     def _on_nav(self, page: Any, frame: Any) -> None:
         if self.live and frame is page.main_frame:
@@ -533,7 +548,8 @@ class WebEnv:
                  action_timeout_ms: int = 60_000, nav_timeout_ms: int = 15_000, load_timeout_ms: int = 5_000,
                  idle_cap_ms: int = 1_000, eval_timeout_s: float = 60.0, wait_s: float = 1.0,
                  tab_header: str = "auto", reuse_context: bool = True, max_context_episodes: int = 50,
-                 families: Sequence[TaskFamily] = (), judge: Any = None, helpers: Any = None) -> None:
+                 hang_cpu_s: float = 3.0, families: Sequence[TaskFamily] = (), judge: Any = None,
+                 helpers: Any = None) -> None:
         self.pool = pool
         self.max_obs_chars = max_obs_chars      # observation cap in characters (never cuts the intent)
         self.max_repeats = max_repeats          # K: stop after K identical actions in a row
@@ -548,7 +564,9 @@ class WebEnv:
         # - idle_cap_ms: how long settle waits for requests in flight, a cap on waiting only (what the observation
         #   needs of them, MiniWoB's icons, the family's drawn_js waits for, up to its drawn_wait_ms: neither
         #   cap was reached at 64 contexts on busy cores).
-        # rollout.Runner's episode timeout bounds a whole episode besides.
+        # rollout.Runner's episode timeout bounds a whole episode besides. A page whose script hangs is told
+        # apart from a slow one by CPU time, not by these, and stopped (hangs.py): hang_cpu_s of its main thread's
+        # CPU in one task.
         self.action_timeout_ms = action_timeout_ms
         self.nav_timeout_ms = nav_timeout_ms
         self.load_timeout_ms = load_timeout_ms
@@ -574,6 +592,7 @@ class WebEnv:
         self._done = True
         self._done_reason: str | None = None
         self.sandbox = Sandbox()                # the request router of this env's contexts, its counts
+        self.guard = ScriptGuard(cpu_s=hang_cpu_s)   # stops a script that holds a page's main thread
         self.watch: ContextWatch | None = None  # the current context's events
         self._proxy_port: int | None = None     # this context's SandboxProxy listener
         self._browser: Any = None               # the browser this env's context lives in
@@ -590,6 +609,7 @@ class WebEnv:
         self.n_labels = 0                       # elements numbered in the last observation
         self.label_frames: dict[str, list[str]] = {}   # element id -> the iframes it lies in
         self.sandbox.new_episode()
+        self.guard.new_episode()
         if self.watch is not None:
             self.watch.new_episode()
 
@@ -617,6 +637,7 @@ class WebEnv:
         if self.watch is not None:
             self.watch.stop()                   # events of the old context are ignored from now on
         ctx, self.context, self._page = self.context, None, None
+        self.guard.forget()
         if ctx is not None:
             with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
                 await asyncio.wait_for(ctx.close(), 10)
@@ -657,7 +678,8 @@ class WebEnv:
         await self.timed(fam.setup_context(self, ctx, task))               # e.g. MiniWoB's file routes
         await self.sandbox.guard_page(ctx, self.eval_timeout_s)
         await self.timed(ctx.add_init_script(POPUP_PROBE_JS))
-        self.watch = ContextWatch(ctx, self.sandbox, self._on_new_tab, running=lambda: not self._done)
+        self.watch = ContextWatch(ctx, self.sandbox, self._on_new_tab, running=lambda: not self._done,
+                                  guard=self.guard)
         return ctx
 
     def _on_new_tab(self, page: Any) -> None:
@@ -806,7 +828,12 @@ class WebEnv:
         for attempt in range(2):
             try:
                 async with self.pool.reset_slots:
-                    return await self._reset_once(task, fam, reuse)
+                    return await self.guard.run(self._reset_once(task, fam, reuse), self._pages)
+            except PageHung as e:                   # not retried: the start page hangs whenever it loads
+                if self.watch is not None:
+                    self.watch.set_crash(str(e))    # (its context is not reused)
+                self._done, self._done_reason = True, "crash"
+                raise EpisodeCrash(f"reset of {task.task_id} failed: {e}") from e
             except (PlaywrightError, asyncio.TimeoutError) as e:
                 reason = self.dead_reason() or first_line(e)
                 self._done, self._done_reason = True, "crash"
@@ -833,6 +860,7 @@ class WebEnv:
             page = None
             for url in urls:                        # WebArena: several start tabs; the first is active
                 tab = await self.timed(self.context.new_page())
+                await self.guard.attach(self.context, tab)   # while it answers (about:blank)
                 page = page or tab
                 self._page = tab
                 await tab.goto(url, wait_until="domcontentloaded", timeout=self.nav_timeout_ms)
@@ -873,52 +901,13 @@ class WebEnv:
         self.steps += 1
         if self.watch is not None:
             self.watch.dialogs.clear()
+            self.watch.n_dialogs = 0
         task = self.task
-        reward, done_reason = 0.0, None
         try:
-            action: Action | None = None
-            try:
-                action = parse_action(response)
-            except ActionParseError as e:
-                self.n_parse_errors += 1
-                self._parse_streak += 1
-                info["parse_error"] = True
-                info["error"] = f"Invalid action: {e}"
-            if action is not None:
-                self._parse_streak = 0
-                canon = format_action(action)
-                info["action"] = canon
-                self._repeat_streak = self._repeat_streak + 1 if canon == self._last_action else 1
-                self._last_action = canon
-                if action.name == "exit":
-                    reward = await self._family.score_exit(self, self._page, task, action.message, info)
-                    done_reason = "exit"
-                else:
-                    err = await execute(self, action)
-                    if err:
-                        self.n_action_errors += 1
-                        info["error"] = err
-            if dead := self.dead_reason():
-                raise EpisodeCrash(dead)
-            obs, probe = await self._observe(error=info["error"])
-            status = None
-            if done_reason is None:                 # the family's status_js was read with the observation
-                fam = self._family
-                status = fam.read_status(probe) if fam.status_js else await fam.status(self, self._page)
-            if status is not None:
-                if status.raw_reward is not None:
-                    info["raw_reward"] = status.raw_reward
-                if status.done:
-                    done_reason, reward = "page_done", status.reward
-                    info["reason"] = status.reason
-            if done_reason is None:
-                if self._parse_streak >= self.max_parse_failures:
-                    done_reason = "parse_failures"
-                elif self._repeat_streak >= self.max_repeats:
-                    done_reason = "repeated_action"
-                elif self.steps >= task.max_steps:
-                    done_reason = "max_steps"
+            obs, reward, done_reason = await self.guard.run(self._act(response, info), self._pages)
         except (EpisodeCrash, PlaywrightError, asyncio.TimeoutError) as e:
+            if isinstance(e, PageHung) and self.watch is not None:
+                self.watch.set_crash(str(e))        # the reason; and the context is not reused
             reason = self.dead_reason() or first_line(e) or type(e).__name__
             log.warning("episode of %s crashed at step %d: %s", task.task_id, self.steps, reason)
             info["error"] = f"the browser failed: {reason}"
@@ -928,6 +917,58 @@ class WebEnv:
             self._last_obs = obs
         return StepResult(obs=obs, reward=reward, done=done_reason is not None,
                           info=self._finish_info(info, done_reason))
+
+    async def _act(self, response: str, info: dict[str, Any]) -> tuple[Observation, float, str | None]:
+        """step()'s work, under the guard: parse, execute, observe; returns (obs, reward, done_reason)."""
+        task = self.task
+        reward, done_reason = 0.0, None
+        action: Action | None = None
+        try:
+            action = parse_action(response)
+        except ActionParseError as e:
+            self.n_parse_errors += 1
+            self._parse_streak += 1
+            info["parse_error"] = True
+            info["error"] = f"Invalid action: {e}"
+        if action is not None:
+            self._parse_streak = 0
+            canon = format_action(action)
+            info["action"] = canon
+            self._repeat_streak = self._repeat_streak + 1 if canon == self._last_action else 1
+            self._last_action = canon
+            if action.name == "exit":
+                reward = await self._family.score_exit(self, self._page, task, action.message, info)
+                done_reason = "exit"
+            else:
+                err = await execute(self, action)
+                if err:
+                    self.n_action_errors += 1
+                    info["error"] = err
+        if dead := self.dead_reason():
+            raise EpisodeCrash(dead)
+        obs, probe = await self._observe(error=info["error"])
+        status = None
+        if done_reason is None:                 # the family's status_js was read with the observation
+            fam = self._family
+            status = fam.read_status(probe) if fam.status_js else await fam.status(self, self._page)
+        if status is not None:
+            if status.raw_reward is not None:
+                info["raw_reward"] = status.raw_reward
+            if status.done:
+                done_reason, reward = "page_done", status.reward
+                info["reason"] = status.reason
+        if done_reason is None:
+            if self._parse_streak >= self.max_parse_failures:
+                done_reason = "parse_failures"
+            elif self._repeat_streak >= self.max_repeats:
+                done_reason = "repeated_action"
+            elif self.steps >= task.max_steps:
+                done_reason = "max_steps"
+        return obs, reward, done_reason
+
+    def _pages(self) -> list:
+        """The current context's tabs (what the guard watches)."""
+        return list(self.context.pages) if self.context is not None else []
 
     def _finish_info(self, info: dict[str, Any], done_reason: str | None) -> dict[str, Any]:
         info["done_reason"] = done_reason
@@ -939,6 +980,8 @@ class WebEnv:
         info["n_action_errors"] = self.n_action_errors
         if self.watch is not None and self.watch.dialogs:
             info["dialogs"] = list(self.watch.dialogs)
+        if stopped := self.guard.take():        # scripts stopped since the last step (its reset's included)
+            info["hung_scripts"] = stopped
         if done_reason is not None:
             self._done = True
             self._done_reason = done_reason

@@ -14,6 +14,12 @@ it).
 
     .venv/bin/python bench/bench_verdicts.py                            # 50 pages x 8 tasks, c1 vs c64 busy
     .venv/bin/python bench/bench_verdicts.py --action-timeout-ms 2000   # the timeout WebEnv had before
+    .venv/bin/python bench/bench_verdicts.py --no-verdicts              # the hung-page rows only
+
+Before the verdicts, the hung-page rows (``--hung 0`` skips them): what a page whose script hangs (bench/hostile.py:
+busy on click, after load, on load, a dialog loop) costs, in wall seconds of its reset and of the step that meets
+the hang: each kind alone at concurrency 1; ``--hung`` of them among ``--concurrency`` contexts of verdict episodes
+on busy cores; and half as many contexts, every one hung.
 
 ``play_pages`` (the agent's episodes), ``difference`` and ``busy_cores`` are tests/test_env_verdicts.py's harness
 too. Results are recorded by hand in bench/RESULTS.md under "## verdicts".
@@ -34,6 +40,7 @@ from typing import Any, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
+import hostile  # noqa: E402
 import env  # noqa: E402
 from rollout import Job, Runner  # noqa: E402
 
@@ -50,6 +57,9 @@ class Args:
     seed_start: int = env.VALID_SEEDS.start
     action_timeout_ms: int = 0       # WebEnv's action_timeout_ms; 0 = its default
     in_place: bool = False           # restart a page in place (make demo's --miniwob-in-place) instead of reloading
+    hung: int = 8                    # hung pages among the loaded run's episodes (the hung-page rows); 0: none
+    hang_cpu_s: float = 0.0          # WebEnv's hang_cpu_s; 0 = its default
+    verdicts: bool = True            # --no-verdicts: the hung-page rows only
 
 
 # ---- the agent: a pure function of (task, page, step, observation) ----
@@ -93,15 +103,16 @@ async def play(e: env.WebEnv, task: env.Task) -> dict[str, Any]:
     action error), the reward, the end step and the done_reason; ``seconds`` holds each env.step's wall time (the
     only field that may differ between two runs)."""
     obs = await e.reset(task)
-    steps, seconds = [], []
+    steps, seconds, stops = [], [], 0
     while True:
         t0 = time.perf_counter()
         res = await e.step(hash_response(task.task_id, task.seed, len(steps), obs.text))
         seconds.append(time.perf_counter() - t0)
         steps.append((obs.text, res.info["action"], res.info["error"]))
+        stops += len(res.info.get("hung_scripts", []))
         if res.done:
             return {"steps": steps, "final": res.obs.text, "reward": res.reward, "end_step": len(steps),
-                    "done_reason": res.info["done_reason"], "seconds": seconds}
+                    "done_reason": res.info["done_reason"], "seconds": seconds, "stops": stops}
         obs = res.obs
 
 
@@ -145,15 +156,62 @@ def busy_cores(n: int) -> Iterator[None]:
 
 # ---- the benchmark ----
 
+HUNG_KINDS = {"busy-click": 'do(action="Click", element="0")', "busy-after": 'do(action="Wait")',
+              "dialogs": 'do(action="Click", element="0")', "busy-load": 'do(action="Wait")'}
+
+
+async def play_hung(e: env.WebEnv, task: env.Task) -> dict[str, Any]:
+    """A hostile page (bench/hostile.py): reset, then one step that meets the hang; the wall seconds of both calls,
+    the scripts stopped and how the step ended."""
+    t0 = time.perf_counter()
+    try:
+        await e.reset(task)
+    except env.EpisodeCrash as crash:
+        return {"seconds": [time.perf_counter() - t0], "stops": 0, "end": f"reset_failed: {crash}"[:80]}
+    t1 = time.perf_counter()
+    res = await e.step(HUNG_KINDS[task.task_id.removeprefix("test/")])
+    return {"seconds": [t1 - t0, time.perf_counter() - t1], "stops": len(res.info.get("hung_scripts", [])),
+            "end": res.info["done_reason"]}
+
+
+async def hung_rows(pool: env.BrowserPool, args: Args, tasks: list[env.Task], kwargs: dict[str, Any]) -> None:
+    """Seconds a hung page costs: each kind alone at concurrency 1, then ``--hung`` hung pages among
+    ``--concurrency`` contexts on busy cores (the rest play verdict episodes), then every context hung."""
+    with hostile.serve() as url:
+        kinds = [hostile.hostile(url, k) for k in HUNG_KINDS]
+        mixes = [(1, 0, kinds), (args.concurrency, args.busy, [kinds[i % len(kinds)] for i in range(args.hung)]
+                                 + tasks[:3 * args.concurrency]),
+                 (args.concurrency // 2, args.busy, [kinds[i % len(kinds)] for i in range(args.concurrency // 2)])]
+        for conc, busy, jobs in mixes:
+            with busy_cores(busy):
+                async with Runner(pool, conc, timeout_s=600, env_kwargs=kwargs) as runner:
+                    out = await runner.run([Job(t) for t in jobs],
+                                           lambda e, job: (play_hung if job.task.task_id.startswith("test/")
+                                                           else play)(e, job.task),
+                                           lambda job, reason: {"failed": reason, "seconds": []})
+            hung = [(t.task_id.removeprefix("test/"), ep) for t, ep in zip(jobs, out) if t.task_id.startswith("test/")]
+            calls = sorted(sec for _, ep in hung for sec in ep["seconds"])
+            print(f"hung pages, c{conc} with {busy} busy processes, {len(hung)} hung of {len(jobs)} episodes: "
+                  f"slowest call {calls[-1]:.1f} s, median {calls[len(calls) // 2]:.1f} s; "
+                  + "; ".join(f"{k} {'/'.join(f'{s:.1f}' for s in ep['seconds'])} s, {ep.get('stops')} stops, "
+                              f"{ep.get('end') or ep.get('failed')}" for k, ep in hung[:len(HUNG_KINDS)]), flush=True)
+
+
 async def main(args: Args) -> None:
     names = env.load_tasks(TASKS)
     tasks = [dataclasses.replace(t, seed=args.seed_start + i, max_steps=args.max_steps)
              for i in range(args.pages) for t in names]
     kwargs: dict[str, Any] = {"action_timeout_ms": args.action_timeout_ms} if args.action_timeout_ms else {}
+    if args.hang_cpu_s:
+        kwargs["hang_cpu_s"] = args.hang_cpu_s
     if args.in_place:
         kwargs["families"] = [env.MiniWoBFamily(in_place=True)]
     runs = {}
     async with env.BrowserPool() as pool:
+        if args.hung:
+            await hung_rows(pool, args, tasks, kwargs)
+        if not args.verdicts:
+            return
         for conc, busy in ((1, 0), (args.concurrency, args.busy)):
             with busy_cores(busy):
                 t0 = time.perf_counter()
@@ -173,7 +231,9 @@ async def main(args: Args) -> None:
     print(f"{len(diffs)} of {len(tasks)} episodes differ between c1 and c{args.concurrency} "
           f"(action_timeout_ms {args.action_timeout_ms or 'default'}, in_place {args.in_place}; "
           f"quiet run: {sum(r > 0 for r in rewards)} successes, "
-          f"{sum(len(ep.get('steps', [])) for ep in quiet.values())} steps)")
+          f"{sum(len(ep.get('steps', [])) for ep in quiet.values())} steps; scripts stopped by the hang guard: "
+          f"{sum(ep.get('stops', 0) for ep in quiet.values())} at c1, {sum(ep.get('stops', 0) for ep in loaded.values())} "
+          f"at c{args.concurrency})")
 
 
 def parse_args() -> Args:

@@ -548,7 +548,7 @@ class WebEnv:
                  action_timeout_ms: int = 60_000, nav_timeout_ms: int = 15_000, load_timeout_ms: int = 5_000,
                  idle_cap_ms: int = 1_000, eval_timeout_s: float = 60.0, wait_s: float = 1.0,
                  tab_header: str = "auto", reuse_context: bool = True, max_context_episodes: int = 50,
-                 hang_cpu_s: float = 3.0, families: Sequence[TaskFamily] = (), judge: Any = None,
+                 hang_cpu_s: float = 2.0, families: Sequence[TaskFamily] = (), judge: Any = None,
                  helpers: Any = None) -> None:
         self.pool = pool
         self.max_obs_chars = max_obs_chars      # observation cap in characters (never cuts the intent)

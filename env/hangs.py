@@ -48,7 +48,7 @@ class ScriptGuard:
     about:blank); ``await run(coro, pages)`` awaits a call under watch; ``take()`` returns the reasons of the
     scripts stopped since it was last called; ``new_episode()`` when an episode starts."""
 
-    def __init__(self, cpu_s: float = 3.0, grace_s: float = 1.0, poll_s: float = 0.25, max_stops: int = 2) -> None:
+    def __init__(self, cpu_s: float = 2.0, grace_s: float = 1.0, poll_s: float = 0.25, max_stops: int = 2) -> None:
         self.cpu_s = cpu_s              # main-thread CPU seconds without the probe running: a hang
         self.grace_s = grace_s          # calls that return sooner are not watched at all
         self.poll_s = poll_s

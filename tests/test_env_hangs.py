@@ -1,11 +1,9 @@
 """Pages that hang, in real Chromium (env/hangs.py): a script that holds the main thread on a click, during the
 load, after it, or forever; alert / confirm / prompt loops. Each step or reset returns within its bound with the
 reason in info, and the next reset in the same env works. A page that is busy in short tasks is never stopped.
-The guard's CPU threshold is 1 s here (3 s by default, as docs/environment.md says) to keep the module short."""
-import functools
-import http.server
+The guard's CPU threshold is 1 s here (2 s by default, as docs/environment.md says) to keep the module short."""
 import re
-import threading
+import sys
 import time
 from pathlib import Path
 
@@ -13,39 +11,17 @@ import pytest
 
 import env
 
-PAGES = {
-    "busy-click": '<button onclick="while (true) {}">busy</button>',
-    "busy-load": "<p>loading</p><script>while (true) {}</script><button>after</button>",
-    "busy-after": "<button>ok</button><script>setTimeout(() => { while (true) {} }, 300)</script>",
-    "busy-always": "<button>ok</button><script>setInterval(() => { while (true) {} }, 50)</script>",
-    "dialogs": "".join(f'<button onclick="while (true) {{ {f}(\'again?\') }}">{f}</button>'
-                       for f in ("alert", "confirm", "prompt")),
-    # a working page that computes all the time, in tasks of 300 ms: busy, never hung
-    "chunks": '<button onclick="this.textContent = \'clicked\'">ok</button><script>'
-              "setTimeout(function work() { const t = performance.now(); while (performance.now() - t < 300) {} "
-              "setTimeout(work, 0); }, 0)</script>",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import hostile as hostile_pages  # noqa: E402  (bench/hostile.py: the pages, shared with bench_verdicts.py)
+from hostile import hostile  # noqa: E402
+
 BOUND_S = 15.0   # the issue's bound for a step or a reset on a hung page at concurrency 1
 
 
 @pytest.fixture(scope="module")
-def hostile_url(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile")
-    for name, body in PAGES.items():
-        (root / f"{name}.html").write_text(f"<html><head><title>{name}</title></head><body>{body}</body></html>")
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def hostile(url: str, name: str) -> env.Task:
-    return env.Task(f"test/{name}", "test", "stay responsive", f"{url}/{name}.html")
+def hostile_url():
+    with hostile_pages.serve() as url:
+        yield url
 
 
 async def timed(coro):
@@ -56,7 +32,7 @@ async def timed(coro):
 def test_default_threshold_is_the_documented_one():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "environment.md").read_text()
     cpu_s = float(re.search(r"`hang_cpu_s` \((\d+) s", doc).group(1))
-    assert env.hangs.ScriptGuard().cpu_s == cpu_s == 3.0
+    assert env.hangs.ScriptGuard().cpu_s == cpu_s == 2.0
     assert f"past {env.hangs.MAX_DIALOGS} dialogs in one step" in doc
 
 

@@ -504,7 +504,10 @@ class HFBackend:
     (``_fixed_shapes_hold``; an error if they do not); "float64": it decodes with a float64 copy of ``model``
     whose logits, rounded to float32, round the batch away (x1.5-2 slower), refreshed by ``take_weights`` after
     each update; "auto": fixed shapes where they hold, else the float64 copy (with a warning). The attribute
-    ``invariance`` says which it runs.
+    ``invariance`` says which it runs. ``engine_dtype`` (e.g. ``torch.bfloat16``): decode with a copy of ``model``
+    in that dtype, refreshed by ``take_weights`` as the float64 one is, so that the engine computes another
+    distribution than the trainer, as vLLM in bf16 does beside a DeepSpeed trainer (``rollout.Sample.logprobs``
+    keep the engine's; train_mgrpo measures and corrects the mismatch); with ``invariance`` only fixed shapes.
     ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
@@ -512,13 +515,19 @@ class HFBackend:
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 1024, temperature: float = 1.0,
                  top_p: float = 1.0, max_batch_size: int = 64, batch_window_s: float = 0.002,
                  stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True,
-                 decode: str = "auto", prefix_cache_tokens: int = 65536, invariance: str = "off"):
+                 decode: str = "auto", prefix_cache_tokens: int = 65536, invariance: str = "off",
+                 engine_dtype: torch.dtype | None = None):
         if decode not in ("auto", "loop", "generate"):
             raise ValueError(f"decode={decode!r}: auto, loop or generate")
         if invariance not in ("off", "auto", "fixed-shapes", "float64"):
             raise ValueError(f"invariance={invariance!r}: off, auto, fixed-shapes or float64")
+        if engine_dtype is not None and invariance == "float64":
+            raise ValueError("engine_dtype and invariance='float64' both choose the copy's dtype: pick one")
         self.model, self.tokenizer = model, tokenizer
-        self.copied = False                      # a float64 copy of ``model`` (``take_weights`` refreshes it)
+        self.copied = False                      # a copy of ``model`` in another dtype (``take_weights`` refreshes it)
+        if engine_dtype is not None and engine_dtype != next(model.parameters()).dtype:
+            # the engine is not the trainer: decode with a copy in this dtype (e.g. bf16, as vLLM on GPUs)
+            self.model, self.copied = copy.deepcopy(model).to(engine_dtype), True
         self.fixed_shapes = False                # the loop's forwards take the shapes of FIXED_SHAPES
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s
@@ -554,13 +563,17 @@ class HFBackend:
                 log.warning("HFBackend: this machine's kernels compute a row differently at the loop's fixed shapes"
                             "%s; decoding with a float64 copy of the model instead (x1.5-2 slower)",
                             "" if self.loop else " (decode=generate)")
-        if invariance != "off" and not self.fixed_shapes:
+        if invariance != "off" and not self.fixed_shapes and engine_dtype is None:
             self.model, self.copied = copy.deepcopy(model).to(torch.float64), True
+        elif invariance != "off" and not self.fixed_shapes:
+            log.warning("HFBackend: a %s engine at shapes that are not fixed: responses depend on the batch",
+                        engine_dtype)
 
     @property
     def invariance(self) -> str:
         """What makes a response batch-invariant here: "fixed-shapes", "float64" (the copy) or "off"."""
-        return "fixed-shapes" if self.fixed_shapes else "float64" if self.copied else "off"
+        return ("fixed-shapes" if self.fixed_shapes else
+                "float64" if self.copied and next(self.model.parameters()).dtype == torch.float64 else "off")
 
     async def generate(self, prompt_ids: Sequence[int], *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,

@@ -531,7 +531,8 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
                  top_p: float = 1.0, seed: int = 0, max_context: int = 16384, batch_invariant: bool = False,
                  max_batch_size: int = 64, num_threads: int | None = None, chat_template: str | None = None,
                  gpu_memory: float = 0.7, vllm_eager: bool = False, local_rank: int | None = None,
-                 own_session: bool = False, base_url: str | None = None, timeout_s: float = 60.0):
+                 own_session: bool = False, base_url: str | None = None, timeout_s: float = 60.0,
+                 engine_dtype: str = ""):
     """The generation backend of ``kind`` for ``model``, as every script builds it (train_mgrpo.py, eval.py).
 
     Every backend has ``generate`` (the interface above), ``.tokenizer`` (the one its prompts are rendered and
@@ -545,6 +546,9 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
     * ``"vllm"``: ``model`` is a checkpoint directory; ``seed`` the engine's, ``gpu_memory`` its share of the
       GPU, ``local_rank`` its GPU under torchrun, ``own_session`` keeps Ctrl-C away from its processes,
       ``vllm_eager`` vLLM's ``enforce_eager`` (no torch.compile, no CUDA graphs: it starts sooner, generates slower).
+    * ``engine_dtype`` ("bfloat16", "float32", ...; "" the default: the trainer's dtype for hf, vLLM's choice for
+      vllm): the dtype the engine computes in; for hf a copy of the trainer's model in it (HFBackend's
+      ``engine_dtype``), so that the engine's distribution differs from the trainer's as at paper scale.
     * ``"openai"``: ``model`` is the served model's name at ``base_url``; ``tokenizer`` (optional) counts prompts.
     """
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
@@ -555,12 +559,14 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
         on_cpu = next(model.parameters()).device.type == "cpu"
         return hf_backend.HFBackend(model, tokenizer, **sampling, max_batch_size=max_batch_size,
                                     num_threads=num_threads if on_cpu else None,
-                                    invariance="auto" if batch_invariant and on_cpu else "off")
+                                    invariance="auto" if batch_invariant and on_cpu else "off",
+                                    engine_dtype=getattr(torch, engine_dtype) if engine_dtype else None)
     if kind == "vllm":
         import vllm_backend   # (vLLM is imported only by those who use it)
         backend = vllm_backend.VLLMBackend(str(model), tokenizer=tokenizer, **sampling, seed=seed,
                                            max_model_len=max_context, gpu_memory_utilization=gpu_memory,
-                                           local_rank=local_rank, own_session=own_session, enforce_eager=vllm_eager)
+                                           local_rank=local_rank, own_session=own_session, enforce_eager=vllm_eager,
+                                           dtype=engine_dtype or None)
         if chat_template and tokenizer is None:   # the engine renders nothing: prompts are ids rendered with this
             backend.tokenizer.chat_template = read_chat_template(chat_template)
         return backend

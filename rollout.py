@@ -110,9 +110,11 @@ class EnvConfig:
 @dataclass
 class Sample:
     """One action a_ij with the exact context it was generated in: ``ids = prompt + action``,
-    ``mask`` 1 on the action ids (end-of-turn id included)."""
+    ``mask`` 1 on the action ids (end-of-turn id included); ``logprobs`` the engine's log-probs of the action ids,
+    as it drew them (``Generation.logprobs``: the raw distribution), None from a backend that has none (OpenAI)."""
     ids: list[int]
     mask: list[int]
+    logprobs: list[float] | None = None
 
 
 @dataclass
@@ -206,14 +208,15 @@ async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg
         seed = None if noise is None else request_seed(noise, task.task_id, task.seed, sample, len(traj.steps))
         gen = await backend.generate(prompt_ids, messages=messages, max_new_tokens=cfg.max_new_tokens,
                                      temperature=cfg.temperature, top_p=cfg.top_p, seed=seed)
-        traj.samples.append(Sample(*compress.rl_sample(prompt_ids, gen.ids)))
+        traj.samples.append(Sample(*compress.rl_sample(prompt_ids, gen.ids), logprobs=gen.logprobs))
         res = await env.step(gen.text)
         info = res.info
         traj.parse_errors += int(bool(info.get("parse_error")))
         traj.steps.append({"url": obs.url, "observation": shown, "error": obs.error, "response": gen.text,
                            "action": info.get("action"), "action_error": info.get("error"), "screenshot": shot,
                            "parse_error": bool(info.get("parse_error")), "finish_reason": gen.finish_reason,
-                           "hung_scripts": info.get("hung_scripts", [])})
+                           "hung_scripts": info.get("hung_scripts", []),
+                           "logprob": sum(gen.logprobs) if gen.logprobs is not None else None})
         turns.append(compress.Turn(shown, gen.text, obs.error))
         if res.done:
             traj.reward, traj.done_reason = float(res.reward), info.get("done_reason")

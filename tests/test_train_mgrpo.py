@@ -90,6 +90,8 @@ def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
     success = [r["rollout/success_rate"] for r in metrics(out)]
     print("rollout success by step", success)
     assert success[0] < 0.6 and max(success[-3:]) >= 0.9, success
+    # the engine is the trainer's own float32 module here: the mismatch, logged on every step, is rounding only
+    assert all(r["mismatch/max_abs_log_ratio"] < 1e-4 and r["mismatch/ratio_outside"] == 0 for r in metrics(out))
 
 
 _TEMPERATURE_SCRIPT = r"""
@@ -127,6 +129,22 @@ for T in (1.0, 0.4):
         want = {"kl": float(((d.exp() - d - 1) * mask).sum() / n), "entropy": float((ent * mask).sum() / n)}
     out[T] = {"kl": got["train/kl"], "entropy": got["train/entropy"], "clip_frac": got["train/clip_frac"],
               "want": want}
+# the engine's log-probs (the trainer's, moved by noise, as another engine's would be): the update's mismatch figures
+# and its TIS loss against the same computed here
+with torch.no_grad():
+    lp, _, mask = trainlib.forward_logprobs(model, samples, tok.pad_token_id, "cpu", 1.0)
+    lr = trainlib.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", 1.0)[0]
+for s, row, m in zip(samples, lp, mask):
+    s.logprobs = (row[m.bool()] + 0.5 * torch.randn(int(m.sum()), generator=g)).tolist()
+eng = train_mgrpo.engine_logprobs(samples, mask)
+want = train_mgrpo.mismatch_stats([train_mgrpo.mismatch_sums(lp, eng, mask)])
+for mode in ("none", "tis"):
+    args = train_mgrpo.Args(micro_batch=2, rollout_correction=mode)
+    got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)
+    is_w = train_mgrpo.rollout_correction(lp, eng, mask, mode, 2.0)
+    loss = train_mgrpo.mgrpo_loss(lp, lp, lr, mask, torch.tensor(batch.adv), torch.tensor(batch.weight),
+                                  is_weight=is_w)[0]
+    out[mode] = {"loss": (got["train/loss"], float(loss)), "mismatch": {k: (got[k], v) for k, v in want.items()}}
 print("RESULT " + json.dumps(out))
 """
 
@@ -146,6 +164,13 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
         assert res[T]["entropy"] == pytest.approx(res[T]["want"]["entropy"], rel=1e-4), res
         assert res[T]["clip_frac"] == 0.0
     assert res["0.4"]["entropy"] < 0.8 * res["1.0"]["entropy"] and res["0.4"]["kl"] != pytest.approx(res["1.0"]["kl"])
+    # issue 86: the samples' engine log-probs reach the update: its mismatch figures and its TIS-weighted loss
+    for mode in ("none", "tis"):
+        for key, (got, want) in res[mode]["mismatch"].items():
+            assert got == pytest.approx(want, rel=1e-4, abs=1e-6), (mode, key)
+        assert res[mode]["loss"][0] == pytest.approx(res[mode]["loss"][1], rel=1e-4), (mode, res[mode]["loss"])
+    assert res["none"]["loss"][0] != pytest.approx(res["tis"]["loss"][0], rel=1e-3)
+    assert res["tis"]["mismatch"]["mismatch/ratio_outside"][0] > 0
 
 
 _LORA_SCRIPT = r"""

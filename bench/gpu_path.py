@@ -2,7 +2,8 @@
 (Qwen2.5-0.5B or Qwen2.5-3B: their configs, Qwen2.5's vocabulary of 151,936), bf16 on a GPU, ZeRO-3 on one
 rank, SDPA attention; M-GRPO updates (Eq. 2, with the reference model's KL) on recorded multi-turn samples,
 BC steps (Eq. 1), a checkpoint saved and reloaded in the training dtype, and the trainer's log-probs against
-a fresh forward of the reloaded model. Prints tokens/s, MFU with its formula, and GPU memory per phase (load,
+a fresh forward of the reloaded model, and the engine/trainer mismatch of the samples (vLLM in bf16 against
+ZeRO-3 where vLLM is installed: ``engine_mismatch``). Prints tokens/s, MFU with its formula, and GPU memory per phase (load,
 update, BC, save and reload: peak allocated and reserved, what is held at its end, and what
 ``trainlib.free_cached_memory`` hands back after load and after the update, where the trainer calls it before
 vLLM starts and before it wakes).
@@ -24,7 +25,9 @@ Run (CPU, what tests/test_gpu_path.py runs):  .venv/bin/python bench/gpu_path.py
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import importlib.util
 import json
 import resource
 import sys
@@ -36,10 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+import hf_backend  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 from rollout import Sample, Trajectory  # noqa: E402
-from train_mgrpo import Args as MGRPOArgs, mgrpo_batch, update  # noqa: E402
+from train_mgrpo import Args as MGRPOArgs, engine_logprobs, mgrpo_batch, mismatch_stats, mismatch_sums, update  # noqa: E402,E501
 
 QWEN25_VOCAB = 151_936
 #: (hidden, intermediate, layers, heads, kv heads): Qwen2.5-0.5B and -3B (tied embeddings), and a CPU size
@@ -117,6 +121,44 @@ class PhaseMemory:
         """``trainlib.free_cached_memory`` at the end of phase ``name``: what it handed back."""
         if self.cuda:
             self.phases[name]["freed_by_empty_cache"] = round(trainlib.free_cached_memory() / 2**30, 2)
+
+
+def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, device: torch.device,
+                    dtype: torch.dtype, micro_batch: int) -> tuple[str, dict[str, float]]:
+    """train_mgrpo's mismatch figures (``mismatch/*``) of the samples between a rollout engine loaded from the
+    checkpoint and the ZeRO-3 trainer: vLLM in bf16 where it is installed on a GPU (what a paper-scale run rolls out
+    with), else an HF model in the training dtype scoring each sample alone (another batch and kernel path than the
+    trainer's; on a CPU, float32: the figures are rounding). Returns (which engine, the figures)."""
+    starts = [trainlib.action_start(s) for s in samples]
+    name = f"hf {dtype}"
+    logprobs = None
+    if device.type == "cuda" and importlib.util.find_spec("vllm") is not None:
+        try:
+            import vllm_backend
+            backend = vllm_backend.VLLMBackend(str(hf_dir), dtype="bfloat16", gpu_memory_utilization=0.3,
+                                               max_model_len=max(len(s.ids) for s in samples) + 8)
+
+            async def score():
+                try:
+                    return [await backend.logprobs_of(s.ids[:a], s.ids[a:]) for s, a in zip(samples, starts)]
+                finally:
+                    await backend.aclose()
+            logprobs, name = asyncio.run(score()), "vllm bfloat16"
+        except Exception as e:   # say why, and measure the HF engine instead
+            name = f"hf {dtype} (vLLM failed: {type(e).__name__}: {str(e).splitlines()[0][:160]})"
+    if logprobs is None:
+        model, _ = policy.load(str(hf_dir), device=device, dtype=dtype)
+        logprobs = [hf_backend.model_logprobs(model, s.ids[:a], s.ids[a:]) for s, a in zip(samples, starts)]
+        del model
+    scored = [Sample(s.ids, s.mask, lp) for s, lp in zip(samples, logprobs)]
+    sums = []
+    engine.eval()
+    with torch.no_grad():
+        for i in range(0, len(scored), micro_batch):
+            chunk = scored[i:i + micro_batch]
+            logp, _, mask = trainlib.forward_logprobs(engine, chunk, pad_id, device)
+            sums.append(mismatch_sums(logp.float(), engine_logprobs(chunk, mask), mask))
+    return name, mismatch_stats(sums)
 
 
 def main() -> None:
@@ -204,6 +246,12 @@ def main() -> None:
         trained_diff = float((init[on] - fresh[on]).abs().max())
         reloaded_dtype = str(next(reloaded.parameters()).dtype)
 
+    # ---- the engine is not the trainer (issue 86): an engine's log-probs of the samples against ZeRO-3's ----
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = trainlib.save_checkpoint(engine, tokenizer, Path(a.out or tmp), 2, {}, rank)
+        mismatch_engine, mismatch = engine_mismatch(ckpt / "hf", samples, engine, tokenizer.pad_token_id, device,
+                                                    dtype, a.micro_batch)
+
     peak = (max(p["peak_allocated"] for p in memory.phases.values()) * 2**30 if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     name = torch.cuda.get_device_name() if cuda else "cpu"
@@ -223,6 +271,7 @@ def main() -> None:
         "reloaded_dtype": reloaded_dtype, "reload_max_logprob_diff": reload_diff,
         "trained_vs_init_max_logprob_diff": trained_diff, "memory_gib_by_phase": memory.phases,
         "micro_batch": a.micro_batch, "sample_tokens_max": max(len(s.ids) for s in samples),
+        "mismatch_engine": mismatch_engine, "mismatch": mismatch,
         "mfu_formula": "(fwd 2 N_body + 4 layers h s/2 per token, + 2 h V per action token) x (3 policy + 1 "
                        "reference) / seconds / peak",
     }

@@ -7,7 +7,8 @@ step (A, B, C, A, B, C, ...), so a busy moment of the shared box falls on all of
 rollout and update seconds per step and trajectories per minute, and the ratio to the first.
 
 A configuration is ``NAME=BxG,gen=N,mb=M,update=packed|rows|plain,prefill=shared|full,threads=T,decode=loop|generate,
-reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64``, with browser contexts of its own:
+reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64,logprobs=keep|drop``, with browser
+contexts of its own:
 - gen: most rows the HF backend decodes at once (most prompts per generate call with decode=generate), 0 = all
   of the step's;
 - mb: action samples per forward of the update; update: train_mgrpo.update's ``packed`` (the default: identical
@@ -24,7 +25,9 @@ reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64``, with
   own seed (``seeded``: ``rollout.group_noise``, as train_mgrpo rolls out now); invariance: ``HFBackend``'s
   (``off``: the trainer's float32 module at whatever shapes the batch takes; ``fixed-shapes``: the same module at
   shapes that depend on each request alone, train_mgrpo's ``--batch-invariant`` on a CPU where they hold;
-  ``float64``: a float64 copy that takes its weights before each step, the fallback and issue 67's first way).
+  ``float64``: a float64 copy that takes its weights before each step, the fallback and issue 67's first way);
+  logprobs: the samples keep the engine's log-probs and the update computes the mismatch figures (``keep``, since
+  issue 86) or they are dropped before the update (``drop``: the update as before).
 
 The default is issue 68's measurement, make demo's M-GRPO step (B 8 x G 8, one torch thread for generation, the
 decode loop, pages restarted in place, seeded, fixed shapes) with its update a row per sample (``rows``) and with
@@ -72,7 +75,7 @@ class Args:
     configs: str = ("rows=8x8,gen=0,mb=16,update=rows,reset=inplace,noise=seeded,invariance=fixed-shapes;"
                     "packed=8x8,gen=0,mb=16,update=packed,reset=inplace,noise=seeded,invariance=fixed-shapes")
     """';'-separated NAME=BxG,gen=N,mb=M,update=packed|rows|plain,prefill=shared|full,threads=T,decode=loop|generate,
-    reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64"""
+    reset=load|inplace,noise=free|seeded,invariance=off|fixed-shapes|float64,logprobs=keep|drop"""
     steps: int = 3
     """steps per configuration (after one warm-up step each)"""
     max_turns: int = 6
@@ -99,6 +102,7 @@ class Config:
     inplace: bool = False
     seeded: bool = False
     invariance: str = "off"
+    logprobs: bool = True
 
 
 def parse_configs(spec: str) -> list[Config]:
@@ -114,7 +118,7 @@ def parse_configs(spec: str) -> list[Config]:
                           {"fast": "rows"}.get(update, update), int(kv.get("threads", 1)),
                           kv.get("prefill", "shared") == "shared", kv.get("decode", "loop"),
                           kv.get("reset", "load") == "inplace", kv.get("noise", "free") == "seeded",
-                          kv.get("invariance", "off")))
+                          kv.get("invariance", "off"), kv.get("logprobs", "keep") == "keep"))
     return out
 
 
@@ -142,6 +146,9 @@ async def one_step(cfg: Config, k: int, runner: Runner, backends, tok, engine, r
               f"{d['decode_steps']} decode steps ({d['gen_tokens'] / d['decode_steps']:.1f} rows each); the model "
               f"thread had {d['model_cpu_s']:.1f} CPU s in its {d['model_s']:.1f} s of work", flush=True)
     t0 = time.perf_counter()
+    if not cfg.logprobs:   # the update as before issue 86: no engine log-probs, no mismatch figures
+        for t in trajs:
+            t.samples = [dataclasses.replace(s, logprobs=None) for s in t.samples]
     batch = train_mgrpo.mgrpo_batch(trajs)
     if batch.groups:
         targs = train_mgrpo.Args(micro_batch=cfg.mb, beta=args.beta, episode=ep)

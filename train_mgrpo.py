@@ -711,6 +711,8 @@ def main(args: Args) -> Path:
     if args.backend == "hf" and trainlib.zero_stage(cfg) == 3 and (world > 1 or on_cpu_invariant):
         raise SystemExit("--backend hf with ZeRO-3 would gather weights in lock-step for every generated token on "
                          "several ranks, and copy partitions on a CPU (--batch-invariant); use ZeRO-0/2 or vllm")
+    # the engine's log-probs: hf and vllm return them (the OpenAI backend, evaluation only, has none)
+    args = dataclasses.replace(args, rollout_correction=correction_mode(args, backend_has_logprobs=True))
     # hf: the model being trained generates (LoRA: with its adapters); vllm: an engine from --model on this rank's GPU
     policy_model = (engine.module.get_base_model() if args.lora_rank else engine.module) if args.backend == "hf" \
         else args.model
@@ -720,7 +722,6 @@ def main(args: Args) -> Path:
         max_batch_size=args.tasks_per_step // world * args.group_size, num_threads=args.torch_threads or None,
         gpu_memory=args.vllm_gpu_memory, vllm_eager=args.vllm_eager, local_rank=local_rank, own_session=True,
         engine_dtype=args.engine_dtype)
-    args = dataclasses.replace(args, rollout_correction=correction_mode(args, backend_has_logprobs=True))
     if rank == 0:
         log.info("rollout correction: %s (cap %g); the engine/trainer mismatch is logged as mismatch/*%s",
                  args.rollout_correction, args.rollout_correction_cap,

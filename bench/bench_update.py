@@ -10,6 +10,7 @@ tokens each way runs through the model per batch, and the seconds per batch (the
 the mean over the batches) with the ratio to the first way.
 
     .venv/bin/python bench/bench_update.py --model runs/demo/bc/hf
+    .venv/bin/python bench/bench_update.py --ways packed:drop,packed --repeats 6   # what the mismatch figures cost
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class Args:
     tasks: str = DEMO_TASKS
     """tasks (make demo's 8 by default); the groups of a batch take them in turn"""
     ways: str = "rows,packed"
-    """train_mgrpo.update's ``how``, comma-separated; the first is the reference of the ratios"""
+    """train_mgrpo.update's ``how``, comma-separated; the first is the reference of the ratios; ``HOW:drop``: the
+    samples without the engine's log-probs (the update before issue 86: no mismatch figures, no correction)"""
     batches: int = 2
     """batches rolled out (B 8 x G 8 each)"""
     repeats: int = 3
@@ -90,18 +92,22 @@ def main(args: Args) -> None:
                              episode=EpisodeConfig(prompt="short", max_new_tokens=64, temperature=1.0))
     engine.module.train()
     seconds: dict[str, list[float]] = {w: [0.0] * args.repeats for w in ways}   # per repeat, all batches
+    dropped = [dataclasses.replace(b, samples=[dataclasses.replace(s, logprobs=None) for s in b.samples])
+               for b in batches]
     for r in range(args.repeats):
         for i, batch in enumerate(batches):
             for w in ways:
+                how, _, drop = w.partition(":")
                 t0 = time.perf_counter()
-                train_mgrpo.update(engine, ref, batch, tok.pad_token_id, targs, how=w)
+                train_mgrpo.update(engine, ref, dropped[i] if drop else batch, tok.pad_token_id, targs, how=how)
                 seconds[w][r] += (dt := time.perf_counter() - t0) / len(batches)
                 print(f"  repeat {r} batch {i} {w:>7}: {dt:6.2f} s", flush=True)
     for i, b in enumerate(batches):
         merged = train_mgrpo.merge_identical(b.samples, b.adv, b.weight)[0]
         contexts = len({trainlib.context_of(s) for s in merged})
         print(f"batch {i}: {len(b.samples)} samples, {len(merged)} after merging identical ones, {contexts} contexts; "
-              + ", ".join(f"{w} {tokens(merged if w != 'plain' else b.samples, w)} tokens" for w in ways))
+              + ", ".join(f"{w} {tokens(merged if w != 'plain' else b.samples, w.partition(':')[0])} tokens"
+                          for w in ways))
     print(f"\n| way | seconds per batch (median of {args.repeats} repeats) | vs {ways[0]} |")
     print("|---|---:|---:|")
     first = statistics.median(seconds[ways[0]])

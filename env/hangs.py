@@ -49,7 +49,7 @@ class ScriptGuard:
     scripts stopped since it was last called; ``new_episode()`` when an episode starts."""
 
     def __init__(self, cpu_s: float = 2.0, grace_s: float = 1.0, poll_s: float = 0.25, max_stops: int = 2) -> None:
-        self.cpu_s = cpu_s              # main-thread CPU seconds without the probe running: a hang
+        self.cpu_s = cpu_s              # main-thread CPU seconds without the probe running: a hang (0: no guard)
         self.grace_s = grace_s          # calls that return sooner are not watched at all
         self.poll_s = poll_s
         self.max_stops = max_stops      # stops in one episode; the next one ends it
@@ -63,6 +63,10 @@ class ScriptGuard:
         """Open a CDP session on ``page`` and enable its metrics (once per page; await the result to know it is
         done). Performance.enable needs the main thread, so this is done while the page answers (a new tab, on
         about:blank); a page it cannot attach to is not guarded (its calls keep their deadlines)."""
+        if not self.cpu_s:                       # the guard is off
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(None)
+            return fut
         if page not in self._attaching:
             self._attaching[page] = asyncio.ensure_future(self._attach(context, page))
         return self._attaching[page]
@@ -103,6 +107,8 @@ class ScriptGuard:
     async def run(self, call: Awaitable[T], pages: Callable[[], list]) -> T:
         """Await ``call`` while watching ``pages()``; raises PageHung when the page hangs again after
         ``max_stops`` stops in the episode."""
+        if not self.cpu_s:                       # the guard is off: the call alone
+            return await call
         self._give_up = asyncio.Event()
         task = asyncio.ensure_future(call)
         watch = asyncio.ensure_future(self._watch(pages))

@@ -16,7 +16,8 @@ A run is a function of its command: each request is seeded (``rollout.group_nois
 batch-invariantly, the update reads the samples in job order; a resumed run equals the uninterrupted one.
 
 Beyond the paper (off by default, each with a row in docs/results.md): ``--advantage gigpo``,
-``--dynamic-sampling N`` (DAPO), ``--lora-rank``, ``--warmup-steps``, ``--time-budget``, ``--invalid-penalty``.
+``--dynamic-sampling N`` (DAPO), ``--lora-rank``, ``--warmup-steps``, ``--time-budget``, ``--invalid-penalty``,
+``--rollout-correction`` (mismatch.py: the engine/trainer mismatch, measured on every step; tis with vLLM).
 The default batch is B=4 x G=4 (the paper's 16 trajectories; it does not give G); with ``--updates-per-batch 1``
 (default) the ratio is 1, as in the paper's on-policy setting.
 
@@ -45,6 +46,7 @@ import torch
 from tqdm import tqdm
 
 import env as webenv
+import mismatch
 import policy
 import trainlib
 import vllm_backend
@@ -107,14 +109,9 @@ class Args:
     """how outcomes become advantages (flags --advantage, --zero-std, --invalid-penalty)"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
-    rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis"] = "auto"
-    """the engine is not the trainer: weight Eq. 2's terms by pi_train_old / pi_engine, truncated at the cap (tis),
-    or drop the tokens outside [1/cap, cap] (mis); seq-*: per action; auto: tis for vllm, none for hf"""
-    rollout_correction_cap: float = 2.0
-    """C of --rollout-correction (2.0, as verl and ms-swift)"""
-    engine_dtype: str = ""
-    """dtype the rollout engine computes in ("" its default: the trainer's for hf, bf16 on GPUs for vllm);
-    bfloat16 with --backend hf decodes with a bf16 copy, so the mismatch is real on a CPU"""
+    rollout_engine: mismatch.RolloutEngine = field(default_factory=mismatch.RolloutEngine)
+    """the rollout engine beside the trainer (flags --engine-dtype, --vllm-gpu-memory, --vllm-eager,
+    --rollout-correction, --rollout-correction-cap)"""
     micro_batch: int = 4
     """action samples per forward/backward pass (a context's samples together, the context computed once)"""
     grad_clip: float = 0.01
@@ -136,10 +133,6 @@ class Args:
     weights; --backend hf only (0: full fine-tuning, the paper's)"""
     lora_alpha: float = 32.0
     """--lora-rank: LoRA's alpha, the update scaled by alpha / rank (32, as in "LoRA Without Regret")"""
-    vllm_gpu_memory: float = 0.7
-    """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
-    vllm_eager: bool = False
-    """vLLM's enforce_eager: no torch.compile, no CUDA graphs (an engine starts sooner, generates slower)"""
     seed: int = 0
     """the run's seed: its MiniWoB pages, its rollouts' sampling noise (``group_noise``), LoRA's initialisation"""
     torch_threads: int = 1
@@ -338,16 +331,14 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
                is_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Eq. 2 over N samples (one sample = one action a_ij under its own context h_ij). logp, old_logp, ref_logp,
     mask: [N, T] per-token log-probs of the action tokens (mask = 1 on them); adv: [N] the trajectory's
-    group-relative advantage A_i; weight: [N] = 1 / (n_groups G |tau_i| |a_ij|). ``is_weight`` [N, T] (detached,
-    ``rollout_correction``): each token's clipped term weighted for the engine that drew it; None: Eq. 2 as is.
-    Returns the loss (a weighted sum, so micro-batches add up) and detached statistics."""
+    group-relative advantage A_i; weight: [N] = 1 / (n_groups G |tau_i| |a_ij|); is_weight: [N, T] the engine's
+    correction (mismatch.py) or None. Returns the loss (a weighted sum: micro-batches add up) and statistics."""
     mask = mask.to(logp.dtype)
     w = weight[:, None] * mask                                        # [N, T] token weights
     ratio = torch.exp(logp - old_logp)                                # [N, T] rho = pi_theta / pi_old
     a = adv[:, None]                                                  # [N, 1] A_i, shared by all tokens
     surr = torch.minimum(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a)  # [N, T] clipped surrogate
-    if is_weight is not None:
-        surr = surr * is_weight                                       # [N, T] the engine's draws, reweighted
+    surr = surr if is_weight is None else surr * is_weight          # [N, T] (for the engine that drew them)
     per_token = surr                                                  # [N, T]
     kl = torch.zeros_like(logp)                                       # [N, T]
     if beta != 0.0:
@@ -364,109 +355,7 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
     return loss, stats
 
 
-# ---- the engine is not the trainer: its log-probs, the mismatch, the correction ----
-
-def engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor | None:
-    """The engine's log-probs of the samples' action tokens (``Sample.logprobs``) laid out as the trainer's scores:
-    [N, T], on ``mask``'s ones in row order (both scorings put a sample's action tokens in order on one row);
-    None when a sample has none (the OpenAI backend)."""
-    if any(s.logprobs is None for s in samples):
-        return None
-    flat = torch.tensor([lp for s in samples for lp in s.logprobs], dtype=torch.float32)
-    on = mask.bool()
-    if int(on.sum()) != len(flat):
-        raise ValueError(f"{len(flat)} engine log-probs for {int(on.sum())} action tokens")
-    eng = torch.zeros(mask.shape, dtype=torch.float32)
-    eng[on.cpu()] = flat
-    return eng.to(mask.device)
-
-
-def rollout_correction(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: torch.Tensor, mode: str,
-                       cap: float) -> torch.Tensor:
-    """Per-token weights [N, T] (detached) that correct Eq. 2 for the engine's sampling distribution: a sample was
-    drawn from pi_engine, not from the trainer's pi_old, so its term is weighted by rho = pi_old / pi_engine.
-    ``tis``: min(rho_t, C) per token (truncated importance sampling); ``mis``: 1 where rho_t lies in [1/C, C], else
-    0 (the token is masked); ``seq-tis`` / ``seq-mis``: the same with an action's sequence ratio, the product of its
-    tokens' rho (the importance weight of the action as one draw; products of long actions grow or vanish fast,
-    hence the cap), shared by its tokens; ``none``: ones."""
-    mask = mask.to(old_logp.dtype)
-    log_rho = ((old_logp - eng_logp) * mask).detach()                     # [N, T]
-    if mode.startswith("seq-"):
-        log_rho = log_rho.sum(-1, keepdim=True).expand_as(log_rho)       # [N, T] the action's, on every token
-    rho = torch.exp(log_rho)
-    if mode in ("tis", "seq-tis"):
-        return rho.clamp(max=cap) * mask
-    if mode in ("mis", "seq-mis"):
-        return ((rho >= 1.0 / cap) & (rho <= cap)).to(mask.dtype) * mask
-    if mode == "none":
-        return mask
-    raise ValueError(f"rollout correction {mode!r}: none, tis, mis, seq-tis or seq-mis")
-
-
-def mismatch_sums(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """How far the trainer's log-probs at the sampling weights are from the engine's, as sums and maxima over the
-    action tokens (``mismatch_stats`` turns them into the step's figures). With d = log pi_train - log pi_engine
-    and tokens drawn from the engine: KL(pi_engine || pi_train) as the mean of -d (the direct estimator) and of
-    exp(d) - 1 - d (k3, never negative); the largest |d|; tokens whose ratio pi_train / pi_engine lies outside
-    [0.5, 2]; per sample the sequence log ratio (the sum of d over the action's tokens)."""
-    mask = mask.to(torch.float64)
-    d = (old_logp.detach().double() - eng_logp.double()) * mask
-    seq = d.sum(-1)[mask.sum(-1) > 0]
-    return {"tokens": float(mask.sum()), "k1": float((-d).sum()), "k3": float(((torch.exp(d) - 1 - d) * mask).sum()),
-            "max_abs": float(d.abs().max()) if d.numel() else 0.0,
-            "outside": float(((d.abs() > math.log(2.0)).double() * mask).sum()),
-            "samples": float(len(seq)), "seq_sum": float(seq.sum()),
-            "seq_max_abs": float(seq.abs().max()) if len(seq) else 0.0}
-
-
-def mismatch_stats(sums: list[dict[str, float]]) -> dict[str, float]:
-    """The step's ``mismatch/*`` figures from ``mismatch_sums`` of its micro-batches (docs/training.md)."""
-    n, m = max(sum(x["tokens"] for x in sums), 1.0), max(sum(x["samples"] for x in sums), 1.0)
-    return {"mismatch/kl_k1": sum(x["k1"] for x in sums) / n, "mismatch/kl_k3": sum(x["k3"] for x in sums) / n,
-            "mismatch/max_abs_log_ratio": max(x["max_abs"] for x in sums),
-            "mismatch/ratio_outside": sum(x["outside"] for x in sums) / n,
-            "mismatch/seq_log_ratio_mean": sum(x["seq_sum"] for x in sums) / m,
-            "mismatch/seq_log_ratio_max": max(x["seq_max_abs"] for x in sums)}
-
-
-MISMATCH_MAX = ("mismatch/max_abs_log_ratio", "mismatch/seq_log_ratio_max")   # the ranks' largest, not their mean
-
-
-def correction_mode(args: Args, backend_has_logprobs: bool) -> str:
-    """--rollout-correction resolved: auto is tis for vLLM (another engine, bf16 on GPUs: the field corrects it)
-    and none for hf (the trainer's own module or a copy of it: nothing to correct unless --engine-dtype makes
-    one); none without the engine's log-probs or at a temperature / top-p where they are not the sampling
-    distribution's (they are the raw model's)."""
-    mode = args.rollout_correction
-    if mode == "auto":
-        mode = "tis" if args.backend == "vllm" else "none"
-    exact = args.episode.temperature == 1.0 and args.episode.top_p == 1.0
-    if mode != "none" and not (backend_has_logprobs and exact):
-        if args.rollout_correction != "auto":
-            raise SystemExit(f"--rollout-correction {mode} needs the engine's log-probs at temperature 1, top-p 1 "
-                             f"(got temperature {args.episode.temperature}, top-p {args.episode.top_p})")
-        mode = "none"
-    return mode
-
-
 # ---- the update ----
-
-def merge_identical(samples: list[Sample], adv: list[float], weight: list[float],
-                    same_advantage: bool = False) -> tuple[list[Sample], list[float], list[float]]:
-    """One loss term for the samples with the same ids and mask (the same action in the same context: G
-    trajectories of a group often take the same first action on their shared start page). Eq. 2's loss is a sum
-    of w_n f(log-probs_n, A_n); equal ids give equal log-probs, so the terms merge exactly into one sample of
-    weight sum(w) and advantage sum(w A) / sum(w) when the ratio is 1 (one update per batch: the clipped
-    surrogate's gradient is then A grad ratio whatever the sign of A), or, with ``same_advantage``, only samples
-    whose advantages are equal too (any ratio). Returns (samples, advantages, weights)."""
-    merged: dict[tuple, list] = {}   # key -> [the first such sample, sum of w, sum of w A]
-    for s, a, w in zip(samples, adv, weight):
-        m = merged.setdefault((tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ()), [s, 0.0, 0.0])
-        m[1] += w
-        m[2] += w * a
-    rows = list(merged.values())
-    return [r[0] for r in rows], [r[2] / r[1] if r[1] else 0.0 for r in rows], [r[1] for r in rows]
-
 
 def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str = "packed") -> dict[str, float]:
     """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), actions scored at the rollouts'
@@ -479,7 +368,7 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str
     score = trainlib.packed_logprobs if how == "packed" else trainlib.forward_logprobs
     index = [list(range(i, min(i + mb, len(samples)))) for i in range(0, len(samples), mb)]
     if how != "plain":
-        samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
+        samples, adv, weight = trainlib.merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
         index = trainlib.context_batches(samples, mb)
     index += [[len(samples)]] * (trainlib.all_reduce_max(len(index)) - len(index))   # (the same number on every rank)
     dummy = Sample([pad_id, pad_id], [0, 0], logprobs=[])
@@ -497,18 +386,14 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str
                 old_logps.append(score(engine, chunk, pad_id, dev, temp)[0])
 
     totals = dict.fromkeys(("train/loss", "train/kl", "train/clip_frac", "train/entropy"), 0.0)
-    n_tok, mismatch, correction = 0.0, [], args.rollout_correction
-    exact = temp == 1.0 and args.episode.top_p == 1.0   # the engine's log-probs are of the raw distribution
+    n_tok = 0.0
+    gauge = mismatch.Gauge(args.rollout_engine, exact=(temp, args.episode.top_p) == (1, 1))   # the engine's log-probs
     for epoch in range(args.updates_per_batch):
         for k, (chunk, idx) in enumerate(zip(chunks, index)):
             logp, ent, mask = score(engine, chunk, pad_id, dev, temp)                            # [n, L] each
             old = old_logps[k] if old_logps else logp.detach()                            # [n, L]
             ref = ref_logps[k] if ref_logps else None                                     # [n, L]
-            eng = engine_logprobs(chunk, mask) if exact else None                         # [n, L]
-            if epoch == 0 and eng is not None:   # the trainer at the weights that generated the step
-                mismatch.append(mismatch_sums(old, eng, mask))
-            is_w = rollout_correction(old, eng, mask, correction, args.rollout_correction_cap) \
-                if correction not in ("none", "auto") and eng is not None else None      # [n, L]
+            is_w = gauge.weights(chunk, old, mask, first_epoch=epoch == 0)                 # [n, L] or None
             loss, st = mgrpo_loss(logp, old, ref, mask, adv_t[idx].to(dev), w_t[idx].to(dev),
                                   clip_eps=args.clip_eps, beta=args.beta, is_weight=is_w)
             engine.set_gradient_accumulation_boundary(k == len(chunks) - 1)
@@ -525,10 +410,9 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str
     if ref_model is None:   # beta = 0: no reference, no KL to report
         del totals["train/kl"]
     totals["train/loss"] /= args.updates_per_batch
-    if mismatch:
-        totals |= mismatch_stats(mismatch)
-    return totals | {"train/grad_norm": trainlib.last_grad_norm(engine, gn), "train/lr": engine.get_lr()[0],
-                     "train/samples": float(len(batch.samples)), "train/samples_scored": float(len(samples))}
+    return totals | gauge.stats() | {"train/grad_norm": trainlib.last_grad_norm(engine, gn),
+                                     "train/lr": engine.get_lr()[0], "train/samples": float(len(batch.samples)),
+                                     "train/samples_scored": float(len(samples))}
 
 
 # ---- the training loop ----
@@ -640,7 +524,7 @@ def step_stats(trajs: list[Trajectory], batch: Batch, rounds: int, train_stats: 
     if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
         stats |= sites.step_stats()
     sync = {k: stats.pop(k, None) for k in vllm_backend.SYNC_WORST} if args.backend == "vllm" and learn else {}
-    largest = {k: trainlib.all_reduce_fmax(stats.pop(k)) for k in MISMATCH_MAX if k in stats}   # (all ranks or none)
+    largest = {k: trainlib.all_reduce_fmax(stats.pop(k)) for k in mismatch.MISMATCH_MAX if k in stats}   # (every rank)
     return task_success(trainlib.all_reduce_mean(stats)) | vllm_backend.worst_rank(sync) | largest
 
 
@@ -711,8 +595,7 @@ def main(args: Args) -> Path:
     if args.backend == "hf" and trainlib.zero_stage(cfg) == 3 and (world > 1 or on_cpu_invariant):
         raise SystemExit("--backend hf with ZeRO-3 would gather weights in lock-step for every generated token on "
                          "several ranks, and copy partitions on a CPU (--batch-invariant); use ZeRO-0/2 or vllm")
-    # the engine's log-probs: hf and vllm return them (the OpenAI backend, evaluation only, has none)
-    args = dataclasses.replace(args, rollout_correction=correction_mode(args, backend_has_logprobs=True))
+    args = mismatch.resolved(args)   # --rollout-correction: auto made tis or none, checked, logged
     # hf: the model being trained generates (LoRA: with its adapters); vllm: an engine from --model on this rank's GPU
     policy_model = (engine.module.get_base_model() if args.lora_rank else engine.module) if args.backend == "hf" \
         else args.model
@@ -720,13 +603,8 @@ def main(args: Args) -> Path:
         args.backend, policy_model, tokenizer, max_new_tokens=ep.max_new_tokens, temperature=ep.temperature,
         top_p=ep.top_p, seed=args.seed + rank, max_context=ep.max_context, batch_invariant=ep.batch_invariant,
         max_batch_size=args.tasks_per_step // world * args.group_size, num_threads=args.torch_threads or None,
-        gpu_memory=args.vllm_gpu_memory, vllm_eager=args.vllm_eager, local_rank=local_rank, own_session=True,
-        engine_dtype=args.engine_dtype)
-    if rank == 0:
-        log.info("rollout correction: %s (cap %g); the engine/trainer mismatch is logged as mismatch/*%s",
-                 args.rollout_correction, args.rollout_correction_cap,
-                 "" if ep.temperature == 1.0 and ep.top_p == 1.0 else
-                 " only at temperature 1 and top-p 1: not in this run")
+        gpu_memory=args.rollout_engine.vllm_gpu_memory, vllm_eager=args.rollout_engine.vllm_eager,
+        local_rank=local_rank, own_session=True, engine_dtype=args.rollout_engine.engine_dtype)
 
     # Ctrl-C: finish the step, then every rank stops at the same step (Stop is agreed) and saves once
     interrupted = threading.Event()
@@ -751,8 +629,7 @@ def main(args: Args) -> Path:
 
 def plot_dynamics(out: Path, model: str, step: int) -> None:
     """<out>/dynamics.png from metrics.jsonl: what a reader needs to judge a run (rollout and validation success,
-    KL to the start, groups with a signal, the engine/trainer mismatch, unparsable responses, response length,
-    success per task)."""
+    KL to the start, groups with a signal, engine/trainer mismatch, unparsable turns, response length, tasks)."""
     panels = [("rollout/success_rate", "rollout success rate"), ("val/success_rate", "greedy success, validation", 1),
               ("train/kl", "KL to the start (reference)"), ("rollout/frac_signal", "groups with a signal"),
               ("mismatch/kl_k3", "engine/trainer mismatch (token KL)"),

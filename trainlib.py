@@ -525,6 +525,23 @@ def context_batches(samples: typing.Sequence[Any], size: int) -> list[list[int]]
     return batches + [current] * bool(current)
 
 
+def merge_identical(samples: list, adv: list[float], weight: list[float],
+                    same_advantage: bool = False) -> tuple[list, list[float], list[float]]:
+    """One loss term for the samples with the same ids and mask (the same action in the same context: G
+    trajectories of a group often take the same first action on their shared start page). Eq. 2's loss is a sum
+    of w_n f(log-probs_n, A_n); equal ids give equal log-probs, so the terms merge exactly into one sample of
+    weight sum(w) and advantage sum(w A) / sum(w) when the ratio is 1 (one update per batch: the clipped
+    surrogate's gradient is then A grad ratio whatever the sign of A), or, with ``same_advantage``, only samples
+    whose advantages are equal too (any ratio). Returns (samples, advantages, weights)."""
+    merged: dict[tuple, list] = {}   # key -> [the first such sample, sum of w, sum of w A]
+    for s, a, w in zip(samples, adv, weight):
+        m = merged.setdefault((tuple(s.ids), tuple(s.mask)) + ((a,) if same_advantage else ()), [s, 0.0, 0.0])
+        m[1] += w
+        m[2] += w * a
+    rows = list(merged.values())
+    return [r[0] for r in rows], [r[2] / r[1] if r[1] else 0.0 for r in rows], [r[1] for r in rows]
+
+
 def packed_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device, temperature: float = 1.0,
                     chunk_tokens: int = 512) -> tuple[torch.Tensor, ...]:
     """``forward_logprobs`` with each context computed once. The samples (rollout.Sample) with the same context

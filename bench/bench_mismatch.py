@@ -30,7 +30,7 @@ import env as webenv  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
-from train_mgrpo import engine_logprobs, mismatch_stats, mismatch_sums  # noqa: E402
+from mismatch import engine_logprobs, mismatch_stats, mismatch_sums  # noqa: E402
 
 ENGINES = {"hf-f32": ("hf", ""), "hf-f64": ("hf", "float64"), "hf-bf16": ("hf", "bfloat16"),
            "vllm-f32": ("vllm", "float32"), "vllm-bf16": ("vllm", "bfloat16")}

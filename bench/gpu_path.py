@@ -43,7 +43,8 @@ import hf_backend  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 from rollout import Sample, Trajectory  # noqa: E402
-from train_mgrpo import Args as MGRPOArgs, engine_logprobs, mgrpo_batch, mismatch_stats, mismatch_sums, update  # noqa: E402,E501
+from mismatch import engine_logprobs, mismatch_stats, mismatch_sums  # noqa: E402
+from train_mgrpo import Args as MGRPOArgs, mgrpo_batch, update  # noqa: E402
 
 QWEN25_VOCAB = 151_936
 #: (hidden, intermediate, layers, heads, kv heads): Qwen2.5-0.5B and -3B (tied embeddings), and a CPU size

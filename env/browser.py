@@ -501,17 +501,14 @@ class ContextWatch:
         delete button); the message is reported in info["dialogs"] of the step. Past MAX_DIALOGS in one step the
         page is in a dialog loop: the guard is told to stop its script and the dialog is dismissed (a loop that
         goes on ends the episode: hangs.py)."""
-        with contextlib.suppress(PlaywrightError):
-            if not self.live:
-                await dialog.accept()
-                return
-            self.n_dialogs += 1
-            if self.n_dialogs <= MAX_DIALOGS:
-                self.dialogs.append(f"{dialog.type}: {dialog.message}"[:300])
-                await dialog.accept()
-                return
+        self.n_dialogs += self.live
+        looping = self.live and self.n_dialogs > MAX_DIALOGS
+        if looping:
             self.guard.stop(dialog.page, f"{self.n_dialogs} dialogs in one step (a dialog loop)")
-            await dialog.dismiss()
+        elif self.live:
+            self.dialogs.append(f"{dialog.type}: {dialog.message}"[:300])
+        with contextlib.suppress(PlaywrightError):
+            await (dialog.dismiss() if looping else dialog.accept())
 
     def _on_nav(self, page: Any, frame: Any) -> None:
         if self.live and frame is page.main_frame:
@@ -544,12 +541,11 @@ class WebEnv:
     """
 
     def __init__(self, pool: BrowserPool, *, max_obs_chars: int | None = MAX_OBS_CHARS, max_repeats: int = 5,
-                 max_parse_failures: int = 5, viewport: tuple[int, int] = (1280, 720),
+                 max_parse_failures: int = 5, viewport: tuple[int, int] = (1280, 720), hang_cpu_s: float = 2.0,
                  action_timeout_ms: int = 60_000, nav_timeout_ms: int = 15_000, load_timeout_ms: int = 5_000,
                  idle_cap_ms: int = 1_000, eval_timeout_s: float = 60.0, wait_s: float = 1.0,
                  tab_header: str = "auto", reuse_context: bool = True, max_context_episodes: int = 50,
-                 hang_cpu_s: float = 2.0, families: Sequence[TaskFamily] = (), judge: Any = None,
-                 helpers: Any = None) -> None:
+                 families: Sequence[TaskFamily] = (), judge: Any = None, helpers: Any = None) -> None:
         self.pool = pool
         self.max_obs_chars = max_obs_chars      # observation cap in characters (never cuts the intent)
         self.max_repeats = max_repeats          # K: stop after K identical actions in a row
@@ -564,9 +560,7 @@ class WebEnv:
         # - idle_cap_ms: how long settle waits for requests in flight, a cap on waiting only (what the observation
         #   needs of them, MiniWoB's icons, the family's drawn_js waits for, up to its drawn_wait_ms: neither
         #   cap was reached at 64 contexts on busy cores).
-        # rollout.Runner's episode timeout bounds a whole episode besides. A page whose script hangs is told
-        # apart from a slow one by CPU time, not by these, and stopped (hangs.py): hang_cpu_s of its main thread's
-        # CPU in one task.
+        # rollout.Runner's episode timeout bounds a whole episode besides; a hung page is stopped sooner (hangs.py).
         self.action_timeout_ms = action_timeout_ms
         self.nav_timeout_ms = nav_timeout_ms
         self.load_timeout_ms = load_timeout_ms
@@ -828,10 +822,9 @@ class WebEnv:
         for attempt in range(2):
             try:
                 async with self.pool.reset_slots:
-                    return await self.guard.run(self._reset_once(task, fam, reuse), self._pages)
+                    return await self.guard.run(self._reset_once(task, fam, reuse))
             except PageHung as e:                   # not retried: the start page hangs whenever it loads
-                if self.watch is not None:
-                    self.watch.set_crash(str(e))    # (its context is not reused)
+                self.watch.set_crash(str(e))        # (its context is not reused)
                 self._done, self._done_reason = True, "crash"
                 raise EpisodeCrash(f"reset of {task.task_id} failed: {e}") from e
             except (PlaywrightError, asyncio.TimeoutError) as e:
@@ -904,9 +897,9 @@ class WebEnv:
             self.watch.n_dialogs = 0
         task = self.task
         try:
-            obs, reward, done_reason = await self.guard.run(self._act(response, info), self._pages)
+            obs, reward, done_reason = await self.guard.run(self._act(response, info))
         except (EpisodeCrash, PlaywrightError, asyncio.TimeoutError) as e:
-            if isinstance(e, PageHung) and self.watch is not None:
+            if isinstance(e, PageHung):
                 self.watch.set_crash(str(e))        # the reason; and the context is not reused
             reason = self.dead_reason() or first_line(e) or type(e).__name__
             log.warning("episode of %s crashed at step %d: %s", task.task_id, self.steps, reason)
@@ -965,10 +958,6 @@ class WebEnv:
             elif self.steps >= task.max_steps:
                 done_reason = "max_steps"
         return obs, reward, done_reason
-
-    def _pages(self) -> list:
-        """The current context's tabs (what the guard watches)."""
-        return list(self.context.pages) if self.context is not None else []
 
     def _finish_info(self, info: dict[str, Any], done_reason: str | None) -> dict[str, Any]:
         info["done_reason"] = done_reason

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, TypeVar
 
 from playwright.async_api import Error as PlaywrightError
 
@@ -45,7 +45,7 @@ class PageHung(EpisodeCrash):
 class ScriptGuard:
     """Watches the main threads of one context's pages while the env waits on them, and stops a script that
     holds one (see the module's rule). ``attach(context, page)`` each page while it answers (a new tab on
-    about:blank); ``await run(coro, pages)`` awaits a call under watch; ``take()`` returns the reasons of the
+    about:blank); ``await run(coro)`` awaits a call under watch; ``take()`` returns the reasons of the
     scripts stopped since it was last called; ``new_episode()`` when an episode starts."""
 
     def __init__(self, cpu_s: float = 2.0, grace_s: float = 1.0, poll_s: float = 0.25, max_stops: int = 2) -> None:
@@ -104,14 +104,14 @@ class ScriptGuard:
         if self.episode_stops > self.max_stops and self._give_up is not None:
             self._give_up.set()
 
-    async def run(self, call: Awaitable[T], pages: Callable[[], list]) -> T:
-        """Await ``call`` while watching ``pages()``; raises PageHung when the page hangs again after
+    async def run(self, call: Awaitable[T]) -> T:
+        """Await ``call`` while watching the attached pages; raises PageHung when a page hangs again after
         ``max_stops`` stops in the episode."""
         if not self.cpu_s:                       # the guard is off: the call alone
             return await call
         self._give_up = asyncio.Event()
         task = asyncio.ensure_future(call)
-        watch = asyncio.ensure_future(self._watch(pages))
+        watch = asyncio.ensure_future(self._watch())
         give_up = asyncio.ensure_future(self._give_up.wait())
         try:
             await asyncio.wait({task, give_up}, return_when=asyncio.FIRST_COMPLETED)
@@ -129,14 +129,13 @@ class ScriptGuard:
                 await watch
             self._give_up = None
 
-    async def _watch(self, pages: Callable[[], list]) -> None:
+    async def _watch(self) -> None:
         await asyncio.sleep(self.grace_s)
         probes: dict[Any, tuple[asyncio.Future, float]] = {}   # page -> (probe, thread time when it was sent)
         try:
             while True:
-                for page in pages():
-                    session = self.sessions.get(page)
-                    cpu = None if session is None else await self._thread_time(session)
+                for page, session in list(self.sessions.items()):
+                    cpu = None if page.is_closed() else await self._thread_time(session)
                     if cpu is None:
                         continue
                     probe = probes.get(page)

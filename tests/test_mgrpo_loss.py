@@ -445,7 +445,7 @@ def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
     as with every sample scored: with one update per batch (ratio 1) samples merge whatever their advantages;
     with several (ratio != 1 after the first), only samples with equal advantages merge."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from train_mgrpo import merge_identical
+    from trainlib import merge_identical
     from trainlib import forward_logprobs
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

@@ -13,7 +13,8 @@ import torch
 import hf_backend
 import trainlib
 from rollout import Sample
-from train_mgrpo import engine_logprobs, mgrpo_loss, mismatch_stats, mismatch_sums, rollout_correction
+from mismatch import engine_logprobs, mismatch_stats, mismatch_sums, rollout_correction
+from train_mgrpo import mgrpo_loss
 
 MODES = ("tis", "mis", "seq-tis", "seq-mis")
 

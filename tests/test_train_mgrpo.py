@@ -97,7 +97,7 @@ def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
 _TEMPERATURE_SCRIPT = r"""
 import copy, json, sys
 import torch
-import policy, trainlib, train_mgrpo
+import mismatch, policy, trainlib, train_mgrpo
 from rollout import EpisodeConfig, Sample
 
 trainlib.init_distributed()
@@ -136,12 +136,12 @@ with torch.no_grad():
     lr = trainlib.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", 1.0)[0]
 for s, row, m in zip(samples, lp, mask):
     s.logprobs = (row[m.bool()] + 0.5 * torch.randn(int(m.sum()), generator=g)).tolist()
-eng = train_mgrpo.engine_logprobs(samples, mask)
-want = train_mgrpo.mismatch_stats([train_mgrpo.mismatch_sums(lp, eng, mask)])
+eng = mismatch.engine_logprobs(samples, mask)
+want = mismatch.mismatch_stats([mismatch.mismatch_sums(lp, eng, mask)])
 for mode in ("none", "tis"):
-    args = train_mgrpo.Args(micro_batch=2, rollout_correction=mode)
+    args = train_mgrpo.Args(micro_batch=2, rollout_engine=mismatch.RolloutEngine(rollout_correction=mode))
     got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)
-    is_w = train_mgrpo.rollout_correction(lp, eng, mask, mode, 2.0)
+    is_w = mismatch.rollout_correction(lp, eng, mask, mode, 2.0)
     loss = train_mgrpo.mgrpo_loss(lp, lp, lr, mask, torch.tensor(batch.adv), torch.tensor(batch.weight),
                                   is_weight=is_w)[0]
     out[mode] = {"loss": (got["train/loss"], float(loss)), "mismatch": {k: (got[k], v) for k, v in want.items()}}

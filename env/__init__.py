@@ -8,6 +8,8 @@ agent's env, the action grammar, the task interface and all three task families,
 - sandbox.py: a context reaches only its task's origins, request router + SOCKS5 proxy: ``Sandbox``,
   ``SandboxProxy``, ``host_entry``, ``url_allowed``, ``proxy_host``.
 - execute.py: how each action runs on the page (``WebEnv.step`` calls ``execute.execute``).
+- hangs.py: a page whose script hangs, told apart from a slow one by CPU time and stopped (``WebEnv``'s guard):
+  ``env.hangs.ScriptGuard``, ``PageHung``, ``MAX_DIALOGS``.
 - browser.py: one Chromium and many isolated contexts; the env one agent acts in (reset / step / observation,
   the observation's extractor in observation.js): ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``,
   ``find_chromium``, ``start_browser_server``.

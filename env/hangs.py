@@ -39,7 +39,7 @@ MAX_DIALOGS = 20
 
 
 class PageHung(EpisodeCrash):
-    """The page's script hung again after the guard had stopped it ``max_stops`` times in one call."""
+    """A page hung again after the guard had stopped scripts ``max_stops`` times in the episode."""
 
 
 class ScriptGuard:
@@ -143,8 +143,8 @@ class ScriptGuard:
                         probes[page] = (asyncio.ensure_future(self._probe(session)), cpu)
                     elif cpu - probe[1] >= self.cpu_s:
                         probes.pop(page)[0].cancel()
-                        self.stop(page, f"a script held the page's main thread for {cpu - probe[1]:.1f} s "
-                                              "of CPU without yielding; stopped")
+                        self.stop(page, f"a script held the page's main thread for {cpu - probe[1]:.1f} s of CPU "
+                                        "without yielding; stopped")
                 await asyncio.sleep(self.poll_s)
         finally:
             for probe, _ in probes.values():

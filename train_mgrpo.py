@@ -359,9 +359,10 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
 
 def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str = "packed") -> dict[str, float]:
     """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), actions scored at the rollouts'
-    temperature (pi(a | h) as sampled). ``how``: ``packed``: identical samples scored once (``merge_identical``), a
-    context's samples in one micro-batch (``trainlib.context_batches``) and the context computed once for them
-    (``trainlib.packed_logprobs``); ``rows``: a row per sample; ``plain``: every sample in rollout order, a row each.
+    temperature (pi(a | h) as sampled). ``how``: ``packed``: identical samples scored once
+    (``trainlib.merge_identical``), a context's samples in one micro-batch (``trainlib.context_batches``) and the
+    context computed once for them (``trainlib.packed_logprobs``); ``rows``: a row per sample; ``plain``: each
+    sample in rollout order, a row each.
     Every rank runs the same number of micro-batches (ZeRO-3 gathers parameters collectively), zero-weight ones
     padding; the weights are multiplied by the world size (DeepSpeed averages the ranks' gradients)."""
     samples, adv, weight, mb = batch.samples, batch.adv, batch.weight, args.micro_batch

@@ -118,7 +118,7 @@ def group_gradients(model, groups: list[list[Trajectory]], modes: list[str], pad
         live = {m: b for m, b in batches.items() if b.groups}
         if not live:
             continue
-        merged = {m: train_mgrpo.merge_identical(b.samples, b.adv, b.weight) for m, b in live.items()}
+        merged = {m: trainlib.merge_identical(b.samples, b.adv, b.weight) for m, b in live.items()}
         samples = next(iter(merged.values()))[0]
         assert all(v[0] == samples for v in merged.values())          # the same valid trajectories in every mode
         order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))

@@ -103,7 +103,7 @@ def main(args: Args) -> None:
                 seconds[w][r] += (dt := time.perf_counter() - t0) / len(batches)
                 print(f"  repeat {r} batch {i} {w:>7}: {dt:6.2f} s", flush=True)
     for i, b in enumerate(batches):
-        merged = train_mgrpo.merge_identical(b.samples, b.adv, b.weight)[0]
+        merged = trainlib.merge_identical(b.samples, b.adv, b.weight)[0]
         contexts = len({trainlib.context_of(s) for s in merged})
         print(f"batch {i}: {len(b.samples)} samples, {len(merged)} after merging identical ones, {contexts} contexts; "
               + ", ".join(f"{w} {tokens(merged if w != 'plain' else b.samples, w.partition(':')[0])} tokens"

@@ -200,7 +200,8 @@ def test_no_module_is_a_very_long_room():
 def test_one_mgrpo_step_reads_on_a_few_screens():
     """The budget that keeps M-GRPO's trainer readable next to the paper (as CleanRL's ppo.py is): train_mgrpo.py
     <= 650 lines (every script's limit; it had grown to 670 with seeded rollouts and ``Credit`` before the backend
-    factory, the backends' ``before_update`` / ``after_update`` and ``merge_identical`` beside ``update``), its
+    factory, the backends' ``before_update`` / ``after_update`` and ``merge_identical`` beside ``update``, which
+    issue 86 moved to trainlib beside ``context_batches`` to make room for the engine's log-probs), its
     ``Args`` <= 35 fields, ``mgrpo_batch``
     <= 4 parameters, ``train()`` one page (<= 70 lines, no function defined inside it); policy.py <= 700 lines (the
     generation engine is hf_backend.py); and docs/results.md, what the miniature shows, <= 250 lines (the

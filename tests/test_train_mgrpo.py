@@ -90,8 +90,10 @@ def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
     success = [r["rollout/success_rate"] for r in metrics(out)]
     print("rollout success by step", success)
     assert success[0] < 0.6 and max(success[-3:]) >= 0.9, success
-    # the engine is the trainer's own float32 module here: the mismatch, logged on every step, is rounding only
-    assert all(r["mismatch/max_abs_log_ratio"] < 1e-4 and r["mismatch/ratio_outside"] == 0 for r in metrics(out))
+    # the engine is the trainer's own float32 module here: the mismatch, logged on every step that updated, is
+    # rounding only
+    updated = [r for r in metrics(out) if "train/loss" in r]
+    assert updated and all(r["mismatch/max_abs_log_ratio"] < 1e-4 and r["mismatch/ratio_outside"] == 0 for r in updated)
 
 
 _TEMPERATURE_SCRIPT = r"""

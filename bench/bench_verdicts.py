@@ -15,6 +15,7 @@ it).
     .venv/bin/python bench/bench_verdicts.py                            # 50 pages x 8 tasks, c1 vs c64 busy
     .venv/bin/python bench/bench_verdicts.py --action-timeout-ms 2000   # the timeout WebEnv had before
     .venv/bin/python bench/bench_verdicts.py --no-verdicts              # the hung-page rows only
+    .venv/bin/python bench/bench_verdicts.py --guard-cost 12            # what the hang guard costs a working page
 
 Before the verdicts, the hung-page rows (``--hung 0`` skips them): what a page whose script hangs (bench/hostile.py:
 busy on click, after load, on load, a dialog loop) costs, in wall seconds of its reset and of the step that meets
@@ -60,6 +61,7 @@ class Args:
     hung: int = 8                    # hung pages among the loaded run's episodes (the hung-page rows); 0: none
     hang_cpu_s: float = 0.0          # WebEnv's hang_cpu_s; 0 = its default
     verdicts: bool = True            # --no-verdicts: the hung-page rows only
+    guard_cost: int = 0              # N > 0: only what the hang guard costs, N pages a task at 8 contexts, off / on
 
 
 # ---- the agent: a pure function of (task, page, step, observation) ----
@@ -197,6 +199,18 @@ async def hung_rows(pool: env.BrowserPool, args: Args, tasks: list[env.Task], kw
                               f"{ep.get('end') or ep.get('failed')}" for k, ep in hung[:len(HUNG_KINDS)]), flush=True)
 
 
+async def guard_cost(pool: env.BrowserPool, tasks: list[env.Task], kwargs: dict[str, Any]) -> None:
+    """The same episodes at 8 contexts with the hang guard off (``hang_cpu_s=0``) and on, taking turns (off, on, on,
+    off, off, on): seconds of each run and the mean of each."""
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    for on in (False, True, True, False, False, True):
+        t0 = time.perf_counter()
+        await play_pages(pool, tasks, 8, env_kwargs=kwargs | ({} if on else {"hang_cpu_s": 0.0}))
+        seconds[on].append(time.perf_counter() - t0)
+        print(f"guard {'on ' if on else 'off'}: {len(tasks)} episodes in {seconds[on][-1]:.1f} s", flush=True)
+    print("mean: " + ", ".join(f"guard {'on' if on else 'off'} {sum(v) / len(v):.1f} s" for on, v in seconds.items()))
+
+
 async def main(args: Args) -> None:
     names = env.load_tasks(TASKS)
     tasks = [dataclasses.replace(t, seed=args.seed_start + i, max_steps=args.max_steps)
@@ -208,6 +222,8 @@ async def main(args: Args) -> None:
         kwargs["families"] = [env.MiniWoBFamily(in_place=True)]
     runs = {}
     async with env.BrowserPool() as pool:
+        if args.guard_cost:
+            return await guard_cost(pool, [t for t in tasks if t.seed < args.seed_start + args.guard_cost], kwargs)
         if args.hung:
             await hung_rows(pool, args, tasks, kwargs)
         if not args.verdicts:
@@ -232,8 +248,8 @@ async def main(args: Args) -> None:
           f"(action_timeout_ms {args.action_timeout_ms or 'default'}, in_place {args.in_place}; "
           f"quiet run: {sum(r > 0 for r in rewards)} successes, "
           f"{sum(len(ep.get('steps', [])) for ep in quiet.values())} steps; scripts stopped by the hang guard: "
-          f"{sum(ep.get('stops', 0) for ep in quiet.values())} at c1, {sum(ep.get('stops', 0) for ep in loaded.values())} "
-          f"at c{args.concurrency})")
+          f"{sum(ep.get('stops', 0) for ep in quiet.values())} at c1, "
+          f"{sum(ep.get('stops', 0) for ep in loaded.values())} at c{args.concurrency})")
 
 
 def parse_args() -> Args:

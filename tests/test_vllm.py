@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("vllm_required")]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: head_dim 64 (hidden / heads), which every vLLM attention backend supports
 SPEC = "tiny:layers=2,hidden=128,heads=2,kv_heads=1,intermediate=256"
-MAX_LEN = 512
+MAX_LEN = 4096   # (above vLLM's 2,048 tokens a step: a prompt that would be prefilled in chunks fits)
 TOL = 1e-4
 
 
@@ -133,6 +133,16 @@ def test_generate_and_logprobs_match_hf(engine, served, run):
         return (await asyncio.gather(engine.generate(prompt, temperature=1.0, max_new_tokens=24, seed=5), *others))[0]
     crowded = run(crowd())
     assert (crowded.ids, crowded.logprobs) == (seeded[0].ids, seeded[0].logprobs)
+    # a seeded prompt longer than the engine's token budget a step (2,048): with chunked prefill a prompt prefilled
+    # in pieces has its generator rewound, which a CPU generator cannot do, and the engine died ("CPU Generator
+    # does not use offset"; without the fix this fails so); on the CPU VLLMBackend prefills whole prompts
+    long = max((p for p in (_prompt(tok, n) for n in range(8, 400, 8)) if len(p) <= MAX_LEN - 24), key=len)
+    assert len(long) > 2048
+
+    async def burst():
+        return await asyncio.gather(*(engine.generate(long, temperature=1.0, max_new_tokens=8, seed=200 + k)
+                                      for k in range(3)))
+    assert all(len(g.ids) == len(g.logprobs) > 0 for g in run(burst()))
     params = engine.sampling_params(temperature=0.7, top_p=0.9, max_new_tokens=3)
     assert (params.temperature, params.top_p, params.max_tokens, params.logprobs, params.n) == (0.7, 0.9, 3, 0, 1)
     assert params.stop_token_ids == hf_backend.end_of_turn_ids(tok)

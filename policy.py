@@ -552,6 +552,8 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
     * ``"openai"``: ``model`` is the served model's name at ``base_url``; ``tokenizer`` (optional) counts prompts.
     """
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    if engine_dtype and not isinstance(getattr(torch, engine_dtype, None), torch.dtype):
+        raise ValueError(f"engine_dtype (--engine-dtype) {engine_dtype!r}: a torch dtype, e.g. bfloat16 or float32")
     if kind == "hf":
         if isinstance(model, (str, os.PathLike)):
             device, dtype = decide_device()

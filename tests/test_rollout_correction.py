@@ -135,3 +135,16 @@ def test_a_bf16_engine_makes_the_mismatch_real_and_the_float32_engine_has_none(s
     assert f32["mismatch/max_abs_log_ratio"] < 1e-4
     assert bf16["mismatch/kl_k3"] >= 10 * max(f32["mismatch/kl_k3"], 1e-12)
     assert bf16["mismatch/max_abs_log_ratio"] > 1e-3 and bf16["mismatch/kl_k3"] > 0
+
+
+def test_bad_settings_fail_at_start_with_the_flag_named():
+    """An unknown dtype, or a correction where the engine's log-probs are not the sampling distribution's (T or
+    top-p not 1), is refused before anything runs; auto resolves to tis for vLLM and none for hf."""
+    import policy
+    from mismatch import resolve
+    with pytest.raises(ValueError, match="--engine-dtype"):
+        policy.make_backend("hf", "tiny", engine_dtype="bf16")
+    with pytest.raises(SystemExit, match="--rollout-correction tis"):
+        resolve("tis", "hf", 0.9, 1.0)
+    assert [resolve("auto", b, 1.0, 1.0) for b in ("vllm", "hf")] == ["tis", "none"]
+    assert resolve("auto", "vllm", 0.9, 1.0) == "none" and resolve("mis", "hf", 1.0, 1.0) == "mis"

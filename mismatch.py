@@ -17,6 +17,7 @@ import torch
 
 log = logging.getLogger("webagent.mismatch")
 
+
 @dataclass(frozen=True)
 class RolloutEngine:
     """The rollout engine beside the trainer (train_mgrpo's flags): what it computes in, vLLM's settings, and the
@@ -75,7 +76,7 @@ def rollout_correction(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: tor
         return ((rho >= 1.0 / cap) & (rho <= cap)).to(mask.dtype) * mask
     if mode == "none":
         return mask
-    raise ValueError(f"rollout correction {mode!r}: none, tis, mis, seq-tis or seq-mis")
+    raise ValueError(f"rollout correction {mode!r}: one of {', '.join(MODES)}")
 
 
 def mismatch_sums(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

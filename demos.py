@@ -19,13 +19,10 @@ What it does
     on (the same ``rng``, at the replay's last step).
 
 How the imperfect demonstrator departs from a real one: the errors are drawn, not made; one imperfection at most per
-episode, of three kinds only (a wrong element, an early submit, a scroll detour), and the rest of the episode is the
-clean demonstration's own responses. Their data asks where RL lifts BC (docs/results.md, issue 57).
+episode, of three kinds (a wrong element, an early submit, a scroll detour), the rest the clean demonstration's.
 
-Seeds: ``--split train`` draws from ``env.DEMO_SEEDS`` (0 .. 99_999), ``--split eval`` from ``env.EVAL_SEEDS``
-(1_000_000 .. 1_999_999, used by the tests); RL rollouts (``env.RL_SEEDS``) and validation pages
-(``env.VALID_SEEDS``) have ranges of their own, so no page is both demonstrated and rolled out, selected on
-or tested on.
+Seeds: ``--split train`` draws from ``env.DEMO_SEEDS``, ``--split eval`` from ``env.EVAL_SEEDS`` (the tests); no
+page is both demonstrated and rolled out, selected on or tested on (docs/training.md, "The pipeline by hand").
 
 Run:
     python demos.py --tasks experts --episodes 100 --out data/demos.jsonl       # every covered task
@@ -33,16 +30,14 @@ Run:
     python demos.py --tasks experts --episodes 100 --split eval --out /tmp/x.jsonl   # held-out check
     python demos.py --tasks suite:all,edit-profile@out --episodes 100 --split eval --out /tmp/s.jsonl  # site suite
     python demos.py --tasks miniwob:click-button,login-user --episodes 20 --mistakes 0.5   # an unfiltered log
-``--prompt plain`` writes the responses for compress's plain prompt ("# Element: ..." line, then the
-action) instead of <think>/<answer>. ``--thoughts long`` writes long chain-of-thought thoughts (R1-CoT in
-miniature); the actions, and so the episodes, are the same as with the default ``short``.
+``--prompt plain`` writes responses for compress's plain prompt instead of <think>/<answer>; ``--thoughts long``
+long thoughts (R1-CoT in miniature), the actions and episodes those of the default ``short``.
 Output, one JSON line per successful episode (and per imperfect one, marked ``"imperfection": kind``):
     {"task": "miniwob/login-user", "seed": 3, "intent": "Enter the username ...", "reward": 1.0,
      "steps": [{"observation": "<html> ...", "error": null, "url": "http://miniwob.local/...",
                 "response": "<think> # Element: ... </think> <answer> do(...) </answer>"}, ...]}
-"observation" is the text the action was taken on and "error" the env's message shown with it.
-
-Tests: .venv/bin/python -m pytest -q tests/test_experts.py
+"observation" is the text the action was taken on and "error" the env's message shown with it (tests:
+tests/test_experts.py).
 """
 from __future__ import annotations
 

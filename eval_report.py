@@ -3,7 +3,7 @@ results.md (the paper's Table 2 and Table 3 layouts, every decoding side by side
 interaction budgets of Fig. 5), the budget figure, the static HTML trajectory viewer, and the episodes of earlier
 evaluations joined to a new one (``load_reused``, eval.py ``--reuse``). The statistics are eval_stats.py's.
 
-``args`` below is eval.py's ``Args`` (its fields are read, its module is not imported: eval.py imports this one).
+``args`` below is eval.py's ``Args``, typed by what is read of it (``EvalArgs``: eval.py imports this module).
 
 How to run
     .venv/bin/python -m pytest -q tests/test_eval.py
@@ -14,12 +14,22 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import compress
 import env as webenv
 import trainlib
 from eval_stats import paired, summarize
+from rollout import EnvConfig, EpisodeConfig
+
+
+class EvalArgs(Protocol):
+    """The fields of eval.py's ``Args`` this module reads."""
+    env: EnvConfig
+    episode: EpisodeConfig
+    samples: int                 # samples per page
+    noise: str                   # "common" or "independent"
+    seed_start: int              # < 0: the held-out pages
 
 
 # ---- labels ----
@@ -39,10 +49,11 @@ def order_columns(columns: list[str]) -> list[str]:
 
 # ---- results.json ----
 
-def tabulate(records: list[dict], args: Any, budgets: list[int], args_json: dict, seconds: float) -> dict:
-    """results.json: the runs at the evaluated decoding (``decoding``: "T = 1", or "greedy"), their paired
-    differences by page (of success rate, and of pass@K with K samples), and with --greedy the same for the
-    greedy column (``greedy``)."""
+def tabulate(records: list[dict], args: EvalArgs, budgets: list[int], seconds: float) -> dict:
+    """results.json: the evaluation's flags (secrets redacted), the runs at the evaluated decoding (``decoding``:
+    "T = 1", or "greedy"), their paired differences by page (of success rate, and of pass@K with K samples), and
+    with --greedy the same for the greedy column (``greedy``)."""
+    args_json = json.loads(webenv.redact(json.dumps(trainlib.args_dict(args))))
     headline = decoding_label(args.episode.temperature, args.episode.top_p)
     main = [r for r in records if r.get("decoding", headline) == headline]
     greedy = [r for r in records if r.get("decoding") == "greedy"] if headline != "greedy" else []
@@ -58,7 +69,7 @@ def tabulate(records: list[dict], args: Any, budgets: list[int], args_json: dict
     return results
 
 
-def load_reused(dirs: str, args: Any, jobs: list[tuple[webenv.Task, int]], new_runs: list[str],
+def load_reused(dirs: str, args: EvalArgs, jobs: list[tuple[webenv.Task, int]], new_runs: list[str],
                 out: Path) -> list[dict]:
     """The episodes of earlier evaluations (``--reuse``) that this run also evaluates: every reused run must
     have evaluated each of them (same task and seed) under the same interaction budget and decoding settings,
@@ -180,7 +191,7 @@ def budget_table(runs: dict[str, Any], budgets: list[int]) -> str:
     return "\n".join(lines)
 
 
-def results_markdown(results: dict, args: Any) -> str:
+def results_markdown(results: dict, args: EvalArgs) -> str:
     runs, columns, budgets = results["runs"], results["columns"], results["budgets"]
     pages = sorted({c["pages"] for r in runs.values() for c in r["tasks"].values()})
     where = "held-out seeds" if args.seed_start < 0 else f"seeds {args.seed_start}.., validation pages"

@@ -1,10 +1,9 @@
 """Scripted MiniWoB++ and site-suite demonstrators, and their harness: the experts behind the behavior-cloning
 data D of the warm-up stage (Sec. 2.2, Eq. 1), which demos.py writes.
 
-Each solver reads the live page (Playwright locators on ``env.page``, the ``data-webagent-id`` labels
-that the env stamps on the numbered elements of the observation, and the utterance
-``Observation.intent``) but acts ONLY by sending the policy's own response strings to
-``await env.step(response)``, built by compress.format_response and env.format_action:
+Each solver reads the live page (Playwright locators on ``env.page``, the ``data-webagent-id`` labels that the
+env stamps on the observation's numbered elements, and ``Observation.intent``) but acts ONLY by sending the
+policy's own response strings to ``await env.step(response)``, built by compress.format_response and env.format_action:
 
     <think> # Element: the 'Submit' button </think> <answer> do(action="Click", element="7") </answer>
 
@@ -12,9 +11,8 @@ so a demonstration is exactly what the policy is trained to produce, one (observ
 per step, and every element a response names is a label of the observation it was taken on.
 
 What it implements
-- ``EXPERTS``: task name -> ``async solver(demo)``; ``Demo`` carries the env, the latest observation
-  and the recorded steps, and gives the solver its hands (click / type / select). ``MULTI_STEP`` names
-  the tasks where most demonstrations take 3 actions or more.
+- ``EXPERTS``: task name -> ``async solver(demo)``; ``Demo`` carries the env, the latest observation and the
+  recorded steps, and gives the solver its hands (click / type / select). ``MULTI_STEP``: tasks of >= 3 actions.
 - ``demonstrate(env, task) -> (record, reason)``: one clean trajectory record (demos.py's schema) for
   ``task.seed``, and why it failed (None for a success); ``run_demo`` runs a solver, or demos.py's replay of
   a demonstration with a mistake or a detour, to the episode's end.
@@ -73,6 +71,7 @@ class Demo:
     reward: float = 0.0
     done: bool = False
     done_reason: str | None = None
+    info: dict = dataclasses.field(default_factory=dict)   # the last step's info
     prompt: str = "thinking"                   # compress.system_prompt kind the responses are written for
     thoughts: str = "short"                    # "short" ("# Element: ...") or "long" (long_thought)
     key: str = ""                              # "task_id/seed": seeds long_thought's choices, with the step
@@ -135,7 +134,7 @@ class Demo:
         result = await self.env.step(response)
         self.steps.append({"observation": self.obs.text, "error": self.obs.error, "url": self.obs.url,
                            "response": response})
-        self.obs, self.reward, self.done = result.obs, float(result.reward), bool(result.done)
+        self.obs, self.reward, self.done, self.info = result.obs, float(result.reward), bool(result.done), result.info
         if result.done:
             self.done_reason = result.info.get("done_reason")
             raise EpisodeOver()
@@ -795,3 +794,7 @@ async def demonstrate(env, task, prompt: str = "thinking", thoughts: str = "shor
     reason = await run_demo(demo, solver)
     return {"task": task.task_id, "seed": task.seed, "intent": obs.intent, "reward": demo.reward,
             "steps": demo.steps}, reason
+
+
+if __name__ == "__main__":   # (the solvers' program until demos.py took it over)
+    raise SystemExit("experts.py is a module, not a program: demonstrations are written by demos.py (see --help)")

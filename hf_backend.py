@@ -2,54 +2,39 @@
 ``policy.load`` returns; ``policy.make_backend("hf", ...)`` builds one), on a CPU box or a GPU.
 
 What it implements
-- ``HFBackend``, behind the async interface every backend shares
-  ``await backend.generate(prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None,
-  seed=None) -> Generation(ids, logprobs, text, finish_reason)``, the model run in one worker thread so the
-  event loop (the browsers) keeps running:
-  * continuous batching on its own decode loop over the model's forward: a request joins the rows being decoded
-    at the next token and leaves the token it ends (nothing waits for a batch's longest response); rows may mix
-    temperatures and top-p; their KV lives in a preallocated slab (``_Slab``) where each step writes one column
-    per row, attended with SDPA that shares the KV heads of grouped-query attention (``_sdpa_gqa``);
-  * a prefix cache (``_PrefixCache``): prompts are prefilled alone (no padding), reusing the KV of the blocks
-    they share with a recent prompt (the G trajectories of an RL group start from one page, every turn of a
-    task repeats the system prompt and the goal);
+- ``HFBackend``, behind the async interface every backend shares (``await backend.generate(prompt_ids, *,
+  messages=None, max_new_tokens=None, temperature=None, top_p=None, seed=None) -> Generation``), the model run
+  in one worker thread so the event loop (the browsers) keeps running:
+  * continuous batching on its own decode loop: a request joins the rows being decoded at the next token and
+    leaves the token it ends; rows may mix temperatures and top-p; their KV lives in a preallocated slab, and
+    prompts are prefilled from the blocks they share with a recent prompt (hf_kv.py: ``Slab``, ``PrefixCache``,
+    the attention);
   * stops at the end-of-turn token (and eos: ``end_of_turn_ids``); returns per-token log-probs;
-  * ``decode="generate"``: dynamic batches of HF's ``model.generate`` instead, the path of models whose cache the
-    loop cannot hold (``continuous_batching_supported``: sliding windows, linear attention, ...) and of
-    benchmarks comparing the two.
-- Sampling noise per request from a seed (common random numbers): a request with ``seed``
-  (``rollout.request_seed``) draws each token as argmax(scores + Gumbel noise) with the uniforms taken from its
-  own generator (``noise_generator``, ``gumbel_noise``; the Gumbel-max trick samples the same distribution), so
-  its response is a function of its prompt and seed only, never of the batch it is decoded in; the same in both
-  paths (``_sample`` in the loop, ``_SeededNoise`` under ``model.generate``). Without a seed: the global
-  generator's next draws.
-- Batch invariance (``invariance``): a seeded request's response the same to the bit whatever else is decoded
-  beside it, by forwards at shapes that depend on the request alone (``FIXED_SHAPES``, checked at start by
-  ``_fixed_shapes_hold``), or by a float64 copy of the model where those shapes do not suffice.
-- ``Generation``: one response, what every backend returns (``vllm_backend.VLLMBackend`` and
-  ``policy.OpenAIBackend`` too); ``end_of_turn_ids``: the ids generation stops at.
-- ``model_logprobs`` / ``backend.logprobs_of``: log pi(target | prompt) per token, to compare the trainer
-  model with the rollout engine after a weight push.
-The module imports nothing of the project (a leaf): policy.py loads models and tokenizers and builds backends.
+  * ``decode="generate"``: dynamic batches of HF's ``model.generate`` instead, for models whose cache the loop
+    cannot hold (``continuous_batching_supported``) and for benchmarks comparing the two.
+- Sampling noise per request from a seed (common random numbers): a seeded request draws each token as
+  argmax(scores + Gumbel noise) from its own generator (``noise_generator``, ``gumbel_noise``), so its response
+  is a function of its prompt and seed only; without a seed, the global generator's next draws.
+- Batch invariance (``invariance``): a seeded response the same to the bit whatever else is decoded beside it,
+  by forwards at shapes that depend on the request alone (``hf_kv.FIXED_SHAPES``, checked at start by
+  ``_fixed_shapes_hold``), or by a float64 copy of the model where those shapes do not suffice; ``engine_dtype``:
+  a bfloat16 copy instead (an engine that is not the trainer, docs/training.md).
+- ``Generation``: one response, what every backend returns; ``model_logprobs`` / ``backend.logprobs_of``:
+  log pi(target | prompt), to compare the trainer with the rollout engine after a weight push.
+- ``Generation.logprobs[k]`` = log softmax(raw logits)[ids[k]]: the model's distribution at temperature 1 with
+  no truncation (the sampling distribution's exactly when T = 1 and top-p = 1, the paper's rollouts; vLLM's
+  ``logprobs_mode="raw_logprobs"`` is the same). ``ids`` include the final end-of-turn token when generation
+  stopped there, so the loss mask covers it; ``text`` excludes it.
+The module imports only hf_kv.py of the project: policy.py loads models and tokenizers and builds backends.
 
-Log-probs (what "old log-probs" means here)
-- ``Generation.logprobs[k]`` = log softmax(raw logits)[ids[k]]: the model's own distribution at
-  temperature 1 with no top-p / top-k truncation, i.e. log pi_theta_old(a_t | h_t) as Eq. 2's ratio
-  rho = pi_theta / pi_old needs it. It equals the log-prob under the sampling distribution exactly when
-  temperature = 1 and top_p = 1 (the paper's rollout setting, Sec. 3.1). vLLM returns the same quantity
-  (``logprobs_mode="raw_logprobs"``); the OpenAI backend returns ``None``.
-- ``Generation.ids`` include the final end-of-turn token when generation stopped there
-  (``finish_reason == "stop"``), so the loss mask of Sec. 2.3 covers it; ``text`` excludes it.
-
-Departures from the paper
-- The paper samples with vLLM on GPUs; the HF backend exists so everything runs on a CPU box. It samples as
-  HF's sampler does (temperature, then top-p; no top-k: HF's default top-k of 50 would silently truncate pi).
+Departures from the paper: the paper samples with vLLM on GPUs; this backend exists so everything runs on a CPU
+box. It samples as HF's sampler does (temperature, then top-p; no top-k: HF's default of 50 would truncate pi).
 
 How to run
     .venv/bin/python -m pytest -q tests/test_policy.py
     .venv/bin/python bench/bench_generate.py
-On a small shared CPU box prefer ``HFBackend(num_threads=1)``: with 2 torch threads, OpenMP workers
-spin-wait for descheduled peers and generation got 5-30x slower under load (bench/RESULTS.md).
+On a small shared CPU box prefer ``HFBackend(num_threads=1)``: with 2 torch threads, OpenMP workers spin-wait
+for descheduled peers and generation got 5-30x slower under load (bench/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -57,7 +42,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
-import functools
 import inspect
 import logging
 import threading
@@ -66,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
+
+import hf_kv
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +79,20 @@ class Generation:
 #: End-of-turn / end-of-text strings of common chat templates: generation stops at any present in the vocab.
 END_OF_TURN_STRINGS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>",
                        "<end_of_turn>", "<|end|>", "</s>")
+
+
+def request_settings(backend, max_new_tokens: int | None, temperature: float | None,
+                     top_p: float | None) -> tuple[int, float, float]:
+    """One request's (max_new_tokens, temperature, top_p), read the same way by every backend: None takes the
+    backend's own (given when it was built; the scripts pass every request's from ``rollout.EpisodeConfig``),
+    any value is that value; max_new_tokens must be >= 1, temperature >= 0 (0: greedy), top_p in (0, 1]."""
+    n = int(backend.max_new_tokens if max_new_tokens is None else max_new_tokens)
+    t = float(backend.temperature if temperature is None else temperature)
+    p = float(backend.top_p if top_p is None else top_p)
+    if n < 1 or t < 0 or not 0 < p <= 1:
+        raise ValueError(f"a request needs max_new_tokens >= 1, temperature >= 0 and 0 < top_p <= 1, not "
+                         f"max_new_tokens={n}, temperature={t:g}, top_p={p:g}")
+    return n, t, p
 
 
 def end_of_turn_ids(tokenizer, model=None) -> list[int]:
@@ -163,183 +163,6 @@ def _settings(r: _Request) -> tuple:
     """What requests batched by ``model.generate`` must share: the sampling settings, and whether they bring
     their own noise."""
     return r.temperature, r.top_p, r.seed is None
-
-
-class _Slab:
-    """The KV cache of the rows being decoded: per layer keys / values ``[rows, kv_heads, columns, head_dim]``,
-    allocated once per busy spell and grown when needed, so a decode step writes one column per row in place
-    (HF's ``DynamicCache`` concatenates, copying the whole cache at every token). Row i holds its tokens in
-    columns ``0 .. pos_i - 1``; columns past that are garbage the attention mask hides. The model calls
-    ``update`` once per layer per forward (duck-typing HF's ``Cache``: only ``update`` and ``get_seq_length``
-    are used, as the step passes position ids and a ready 4-D mask)."""
-
-    def __init__(self, layers: int, rows: int, cols: int, like: torch.Tensor):
-        kv_heads, head_dim = like.shape[1], like.shape[3]
-        self.k = [like.new_zeros(rows, kv_heads, cols, head_dim) for _ in range(layers)]
-        self.v = [like.new_zeros(rows, kv_heads, cols, head_dim) for _ in range(layers)]
-        self.n = 0                                # rows in use
-        self.write: tuple[torch.Tensor, torch.Tensor] | None = None   # (rows, columns) the next update writes
-        self.cols = 0                             # columns the next update returns
-
-    def capacity(self) -> tuple[int, int]:
-        return self.k[0].shape[0], self.k[0].shape[2]
-
-    def grow(self, rows: int, cols: int) -> None:
-        """Room for at least ``rows`` rows of ``cols`` columns (doubling, so growth is amortized)."""
-        R, C = self.capacity()
-        if rows <= R and cols <= C:
-            return
-        if rows > R:
-            R = max(rows, 2 * R)
-        if cols > C:
-            C = max(cols, C + C // 2)
-        for kv in (self.k, self.v):
-            for i, t in enumerate(kv):
-                new = t.new_zeros(R, t.shape[1], C, t.shape[3])
-                new[:self.n, :, :t.shape[2]] = t[:self.n]
-                kv[i] = new
-
-    def put(self, row: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Fill ``row``'s first columns with a prefilled prompt's KV (per layer ``[1, kv_heads, P, head_dim]``)."""
-        for layer, (k, v) in enumerate(kv):
-            self.k[layer][row, :, :k.shape[2]] = k[0]
-            self.v[layer][row, :, :v.shape[2]] = v[0]
-
-    def move(self, src: int, dst: int, cols: int) -> None:
-        for kv in (self.k, self.v):
-            for t in kv:
-                t[dst, :, :cols] = t[src, :, :cols]
-
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        rows, cols = self.write                   # [n], [n]: one new column per row
-        k, v = self.k[layer_idx], self.v[layer_idx]
-        k[rows, :, cols] = key_states[:, :, 0]
-        v[rows, :, cols] = value_states[:, :, 0]
-        return k[:self.n, :, :self.cols], v[:self.n, :, :self.cols]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.cols - 1
-
-
-class _PrefixCache:
-    """The KV of recently prefilled prompts in blocks of ``block`` tokens, each block stored once under the hash
-    of the whole prefix it ends (a chain: the hash of the previous block's hash and its own tokens), as vLLM's
-    automatic prefix caching keeps them: a new prompt reuses the longest run of cached blocks it starts with.
-    The G trajectories of an RL group share their first prompt, then every prompt of a task repeats the system
-    prompt and the goal, and siblings that took the same actions repeat whole prompts. Least recently used
-    blocks leave past ``max_tokens``. Valid for one set of weights: the backend drops it whenever it has
-    nothing in flight (weights are only updated then)."""
-
-    def __init__(self, max_tokens: int, block: int = 16):
-        self.max_tokens, self.block = max_tokens, block
-        # chain hash -> (parent hash, the block's tokens, per layer (keys, values) [1, kv_heads, block, head_dim]);
-        # dict order is recency (least recent first)
-        self.blocks: dict[int, tuple[int, tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
-
-    def _chain(self, prompt: list[int], n_blocks: int):
-        """(hash, parent hash, tokens) of the first ``n_blocks`` blocks of ``prompt``."""
-        parent = 0
-        for i in range(n_blocks):
-            tokens = tuple(prompt[i * self.block:(i + 1) * self.block])
-            h = hash((parent, tokens))
-            yield h, parent, tokens
-            parent = h
-
-    def longest(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
-        """(n, per-layer KV ``[1, kv_heads, n, head_dim]`` of ``prompt[:n]``) for the longest run of cached blocks
-        ``prompt`` starts with, leaving at least its last token to compute (its logits are needed)."""
-        found = []
-        for h, parent, tokens in self._chain(prompt, (len(prompt) - 1) // self.block):
-            entry = self.blocks.pop(h, None)
-            if entry is None:
-                break
-            self.blocks[h] = entry                                   # most recently used
-            if entry[0] != parent or entry[1] != tokens:             # a hash collision: not this prefix
-                break
-            found.append(entry[2])
-        if not found:
-            return 0, None
-        kv = [(torch.cat([f[layer][0] for f in found], dim=2), torch.cat([f[layer][1] for f in found], dim=2))
-              for layer in range(len(found[0]))]
-        return len(found) * self.block, kv
-
-    def add(self, prompt: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Keep the KV (per layer ``[1, kv_heads, >= len(prompt), head_dim]``) of ``prompt``'s whole blocks."""
-        b = self.block
-        for i, (h, parent, tokens) in enumerate(self._chain(prompt, len(prompt) // b)):
-            if h in self.blocks:
-                self.blocks[h] = self.blocks.pop(h)
-            else:
-                part = slice(i * b, (i + 1) * b)
-                self.blocks[h] = (parent, tokens, [(k[:, :, part].clone(), v[:, :, part].clone()) for k, v in kv])
-        while len(self.blocks) * b > self.max_tokens:
-            del self.blocks[next(iter(self.blocks))]
-
-    def clear(self) -> None:
-        self.blocks.clear()
-
-
-# ---- attention ----
-
-def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """HF's SDPA attention without copying the KV heads for grouped-query attention: ``enable_gqa`` lets the
-    kernel share each KV head among its query heads (HF repeats them when a mask is given, copying the whole
-    cache at every decode step). Same arithmetic; ``[batch, heads, q, d]`` in, ``[batch, q, heads, d]`` out."""
-    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
-        is_causal=query.shape[2] > 1 and attention_mask is None and is_causal,   # as HF's sdpa decides
-        enable_gqa=query.shape[1] != key.shape[1])
-    return out.transpose(1, 2).contiguous(), None
-
-
-_DECODE_ROWS = threading.local()   # .n: the rows of a padded decode batch that are requests (the model thread's)
-
-
-def _sdpa_fixed(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """``_sdpa_gqa`` over ``fixed_cols(keys)`` key columns (zeros past the last key, masked),
-    always with an explicit mask: a query row's arithmetic then depends on its own keys, not on how many there
-    are (``HFBackend(invariance="fixed-shapes")``). The spare rows of a padded decode batch get zeros (their
-    linear layers are what the padding is for; a batch entry's attention is computed alone anyway)."""
-    rows = getattr(_DECODE_ROWS, "n", None)
-    if rows is not None and rows < query.shape[0]:   # a padded decode batch: its spare rows need no attention
-        out, _ = _sdpa_fixed(module, query[:rows], key[:rows], value[:rows], attention_mask[:rows], dropout, scaling)
-        return torch.cat([out, out.new_zeros(query.shape[0] - rows, *out.shape[1:])]), None
-    q, kv = query.shape[2], key.shape[2]
-    if attention_mask is None:                                       # causal over the last q positions
-        attention_mask = (torch.arange(kv, device=key.device)[None]
-                          <= torch.arange(kv - q, kv, device=key.device)[:, None])[None, None]   # [1, 1, q, kv]
-    pad = fixed_cols(kv) - kv
-    if pad:
-        key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (key, value))
-        attention_mask = torch.nn.functional.pad(attention_mask, (0, pad), value=False)
-    return _sdpa_gqa(module, query, key, value, attention_mask, dropout, scaling, is_causal=False)
-
-
-@functools.cache
-def _register_sdpa_gqa(fixed: bool = False) -> str:
-    """Register ``_sdpa_gqa`` (``_sdpa_fixed``) with HF (its masks are SDPA's) and return its name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    name = "webagent_sdpa_fixed" if fixed else "webagent_sdpa_gqa"
-    AttentionInterface.register(name, _sdpa_fixed if fixed else _sdpa_gqa)
-    AttentionMaskInterface.register(name, sdpa_mask)
-    return name
-
-
-@contextlib.contextmanager
-def _attention(model, name: str | None):
-    """Run ``model`` with attention implementation ``name`` (None: as it is), restoring it afterwards."""
-    cfg = model.config
-    old = cfg._attn_implementation
-    if name is None or name == old:
-        yield
-        return
-    cfg._attn_implementation = name
-    try:
-        yield
-    finally:
-        cfg._attn_implementation = old
 
 
 # ---- sampling (per-request noise: common random numbers) ----
@@ -434,26 +257,6 @@ class _SeededNoise:
 
 # ---- the backend ----
 
-# ``HFBackend(invariance="fixed-shapes")``'s shapes: every forward of the decode loop computes at least ``rows``
-# rows (a prompt's prefill at least ``rows`` positions from a prefix-cache block boundary; a decode step pads its
-# batch), and every attention spans ``fixed_cols`` key columns (``_sdpa_fixed``). A CPU's kernels pick
-# their code by shape: on the 2-core box (AMD EPYC, torch's CPU kernels) a row of a matrix product came out the
-# same to the bit in every product of >= 4 rows at 1 thread (>= 12 at 2) and differently in smaller ones, and
-# SDPA gave a query row the same result whatever the number of keys once they were padded to at least 512 and a
-# multiple of 64 (its kernel splits keys into blocks of 512, or into one block of their own length below that, so
-# a row's keys must never sit in a shorter block; bench/RESULTS.md).
-# At 2 threads attention over a few rows still differed, so there the start-up check fails. ``_fixed_shapes_hold``
-# checks the rule on the machine at hand.
-FIXED_SHAPES = {"rows": 16, "cols": 512, "col_step": 64}
-
-
-def fixed_cols(n: int) -> int:
-    """The key columns an attention over ``n`` keys spans at fixed shapes: at least ``FIXED_SHAPES["cols"]`` (512),
-    a multiple of ``col_step`` (64) past that."""
-    step = FIXED_SHAPES["col_step"]
-    return max(FIXED_SHAPES["cols"], -(-n // step) * step)
-
-
 _FIXED_SHAPES_HOLD: dict[tuple, bool] = {}     # (config, dtype, device, threads) -> what the check found
 
 
@@ -477,9 +280,9 @@ class HFBackend:
     """Continuous batching on the model's own forward, in one worker thread: a request joins the rows being
     decoded at the next token, and a row leaves the batch the token it ends, so nothing waits for a batch's
     longest response and no prompt is padded. A new prompt is prefilled alone, reusing the KV of the longest
-    prefix it shares with a recent prompt (``_PrefixCache``: the G trajectories of an RL group start from one
+    prefix it shares with a recent prompt (``hf_kv.PrefixCache``: the G trajectories of an RL group start from one
     page, every turn of a task repeats the system prompt and the goal); its KV then goes into a preallocated
-    slab (``_Slab``) where each decode step writes one column per row. Rows may mix temperatures and top-p.
+    slab (``hf_kv.Slab``) where each decode step writes one column per row. Rows may mix temperatures and top-p.
     ``decode="generate"``: dynamic batches of HF's ``model.generate`` instead (left padding, a batch decodes
     until its longest row ends; requests that arrive meanwhile wait for the next batch), the path of models the
     loop does not support (``continuous_batching_supported``) and of benchmarks comparing the two.
@@ -499,7 +302,7 @@ class HFBackend:
     prefilled in full (no prefix cache), for tests and benchmarks. ``prefix_cache_tokens``: the prefix cache's
     size in tokens (each token keeps 2 x layers x kv_heads x head_dim values: ~3 KB for make demo's model).
     ``invariance``: "off", or a seeded request's response does not depend on the requests decoded beside it:
-    "fixed-shapes": the loop's forwards take shapes that are a function of the request alone (``FIXED_SHAPES``),
+    "fixed-shapes": the loop's forwards take shapes that are a function of the request alone (``hf_kv.FIXED_SHAPES``),
     on a machine whose kernels then compute a row alike, which the backend checks with its own model at start
     (``_fixed_shapes_hold``; an error if they do not); "float64": it decodes with a float64 copy of ``model``
     whose logits, rounded to float32, round the batch away (x1.5-2 slower), refreshed by ``take_weights`` after
@@ -528,7 +331,7 @@ class HFBackend:
         if engine_dtype is not None and engine_dtype != next(model.parameters()).dtype:
             # the engine is not the trainer: decode with a copy in this dtype (e.g. bf16, as vLLM on GPUs)
             self.model, self.copied = copy.deepcopy(model).to(engine_dtype), True
-        self.fixed_shapes = False                # the loop's forwards take the shapes of FIXED_SHAPES
+        self.fixed_shapes = False                # the loop's forwards take the shapes of hf_kv.FIXED_SHAPES
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s
         self.share_prefill = share_prefill
@@ -538,7 +341,7 @@ class HFBackend:
         self.stats = {"requests": 0, "batches": 0, "max_batch": 0, "gen_tokens": 0, "model_s": 0.0,
                       "model_cpu_s": 0.0, "shared_prefill_rows": 0, "prefill_tokens": 0, "prefix_hit_tokens": 0,
                       "prefill_s": 0.0, "decode_steps": 0}
-        self._prefixes = _PrefixCache(prefix_cache_tokens if share_prefill else 0)
+        self._prefixes = hf_kv.PrefixCache(prefix_cache_tokens if share_prefill else 0)
         self._keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._closed = False
         self._model_lock = threading.Lock()   # generate and logprobs_of never overlap on the model
@@ -585,13 +388,9 @@ class HFBackend:
             raise ValueError("empty prompt")
         loop = asyncio.get_running_loop()
         self._ensure_worker(loop)
-        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
-        req = _Request(list(map(int, prompt_ids)), int(limit),
-                       float(self.temperature if temperature is None else temperature),
-                       float(self.top_p if top_p is None else top_p), loop.create_future(), seed)
+        req = _Request(list(map(int, prompt_ids)), *request_settings(self, max_new_tokens, temperature, top_p),
+                       loop.create_future(), seed)
         self.stats["requests"] += 1
-        if req.max_new_tokens <= 0:
-            return Generation([], [], "", "length")
         with self._pending_lock:
             self._pending.append(req)
         self._wake.set()
@@ -605,6 +404,10 @@ class HFBackend:
         """The trainer updated ``module``: ``take_weights``; no statistics (vLLM's backend reports its push's)."""
         self.take_weights(module)
         return {}
+
+    async def load_weights(self, module) -> None:
+        """A resumed run's first sync: ``take_weights`` (the copy was made from the checkpoint's weights already)."""
+        self.take_weights(module)
 
     def take_weights(self, module) -> None:
         """Copy ``module``'s parameters into the backend's model when that is a copy of it (``invariance``'s
@@ -657,11 +460,11 @@ class HFBackend:
     @torch.inference_mode()
     def _fixed_shapes_hold(self, lengths: Sequence[int] = (40, 200, 530, 1100), copies: int = 5,
                            steps: int = 3) -> bool:
-        """Whether this machine computes the decode loop's rows alike at ``FIXED_SHAPES`` (model thread, at start):
-        random prompts, each a prefix of the next, decoded ``steps`` tokens alone (prefilled in full) and then all
-        together, ``copies`` rows each (more rows than a batch is padded to; prefilled from the blocks the
-        previous prompt or copy cached, keys over 1, 2 and 3 blocks of 512); every logit must be the same to the
-        bit. Lengths stop short of the model's context."""
+        """Whether this machine computes the decode loop's rows alike at ``hf_kv.FIXED_SHAPES`` (model thread,
+        at start): random prompts, each a prefix of the next, decoded ``steps`` tokens alone (prefilled in full)
+        and then all together, ``copies`` rows each (more rows than a batch is padded to; prefilled from the blocks
+        the previous prompt or copy cached, keys over 1, 2 and 3 blocks of 512); every logit must be the same to
+        the bit. Lengths stop short of the model's context."""
         self.fixed_shapes, stats = True, dict(self.stats)
         limit = getattr(self.model.config, "max_position_embeddings", 2048) - steps - 1
         lengths = [n for n in lengths if n <= limit]
@@ -673,7 +476,7 @@ class HFBackend:
             """Each prompt's logits ``[1 + steps, V]``: after its prompt, then after each greedy token."""
             first, kvs = zip(*(self._prefill(p) for p in group))     # a repeated prompt: from its cached blocks
             rows = [_Row(_Request(p, steps, 0.0, 1.0, None), len(p), [int(lg.argmax())]) for p, lg in zip(group, first)]
-            slab = _Slab(len(kvs[0]), len(rows), max(map(len, group)) + steps + 1, kvs[0][0][0])
+            slab = hf_kv.Slab(len(kvs[0]), len(rows), max(map(len, group)) + steps + 1, kvs[0][0][0])
             for i, kv in enumerate(kvs):
                 slab.put(i, kv)
             slab.n = len(rows)
@@ -751,7 +554,7 @@ class HFBackend:
         rows. A failing step fails the requests it held, never the loop."""
         rows: list[_Row] = []
         new: list[_Request] = []
-        slab: _Slab | None = None
+        slab: hf_kv.Slab | None = None
         try:
             with self._model_lock, torch.inference_mode():
                 while not self._closed:
@@ -772,7 +575,7 @@ class HFBackend:
         finally:
             self._prefixes.clear()    # weights may change once nothing is in flight
 
-    def _admit(self, reqs: list[_Request], rows: list[_Row], slab: _Slab | None) -> _Slab | None:
+    def _admit(self, reqs: list[_Request], rows: list[_Row], slab: hf_kv.Slab | None) -> hf_kv.Slab | None:
         """Prefill each distinct prompt of ``reqs`` once (each request's, without ``share_prefill``), sample
         every request's first token in one call (the same random draws either way), and put its KV into the
         slab; a request whose first token ends it resolves at once."""
@@ -801,7 +604,7 @@ class HFBackend:
                     continue
                 cols = len(r.prompt) + r.max_new_tokens
                 if slab is None:
-                    slab = _Slab(len(kv), max(8, len(taken)), cols + 16, kv[0][0])
+                    slab = hf_kv.Slab(len(kv), max(8, len(taken)), cols + 16, kv[0][0])
                 slab.grow(len(rows) + 1, cols)
                 slab.put(len(rows), kv)
                 rows.append(row)
@@ -818,9 +621,9 @@ class HFBackend:
         from transformers import DynamicCache
         dev = next(self.model.parameters()).device
         n, kv = self._prefixes.longest(prompt)
-        if self.fixed_shapes and n > len(prompt) - FIXED_SHAPES["rows"]:
+        if self.fixed_shapes and n > len(prompt) - hf_kv.FIXED_SHAPES["rows"]:
             # compute at least `rows` positions, from a block boundary: what is cached changes no shape's rows
-            n = max(0, (len(prompt) - FIXED_SHAPES["rows"]) // self._prefixes.block * self._prefixes.block)
+            n = max(0, (len(prompt) - hf_kv.FIXED_SHAPES["rows"]) // self._prefixes.block * self._prefixes.block)
             kv = [(k[:, :, :n], v[:, :, :n]) for k, v in kv] if n else None
         cache = DynamicCache(config=self.model.config)
         for layer, (k, v) in enumerate(kv or []):
@@ -837,33 +640,33 @@ class HFBackend:
         self.stats["prefix_hit_tokens"] += n
         return logits, kv
 
-    def _forward(self, rows: list[_Row], slab: _Slab) -> torch.Tensor:
+    def _forward(self, rows: list[_Row], slab: hf_kv.Slab) -> torch.Tensor:
         """The next-token logits ``[n, V]`` of every row (its last token at its position). With ``fixed_shapes``
-        the batch is padded to at least ``FIXED_SHAPES["rows"]`` rows (the spare ones read and write column 0 of
+        the batch is padded to at least ``hf_kv.FIXED_SHAPES["rows"]`` rows (the spare ones read and write column 0 of
         slab rows nobody uses) and the attention spans ``fixed_cols`` columns."""
         n, dev = len(rows), slab.k[0].device
         pos = torch.tensor([r.pos for r in rows], device=dev)                         # [n]
         cols = int(pos.max()) + 1
         ids = [[r.ids[-1]] for r in rows]
         if self.fixed_shapes:
-            rows_to, cols = FIXED_SHAPES["rows"], fixed_cols(cols)
+            rows_to, cols = hf_kv.FIXED_SHAPES["rows"], hf_kv.fixed_cols(cols)
             slab.grow(max(n, rows_to), cols)
             pos = torch.cat([pos, pos.new_zeros(max(0, rows_to - n))])               # [m]
             ids += [[self.pad_id]] * (len(pos) - n)
         slab.n = len(pos)
         slab.write, slab.cols = (torch.arange(len(pos), device=dev), pos), cols
         mask = (torch.arange(cols, device=dev)[None] <= pos[:, None])[:, None, None]   # [m, 1, 1, cols]
-        _DECODE_ROWS.n = n if self.fixed_shapes else None
+        hf_kv.DECODE_ROWS.n = n if self.fixed_shapes else None
         try:
             with self._attention():
                 logits = self.model(input_ids=torch.tensor(ids, device=dev), position_ids=pos[:, None],
                                     attention_mask=mask, past_key_values=slab, use_cache=True).logits[:n, -1]  # [n, V]
         finally:
-            _DECODE_ROWS.n = None
+            hf_kv.DECODE_ROWS.n = None
         slab.n = n
         return logits
 
-    def _step(self, rows: list[_Row], slab: _Slab) -> None:
+    def _step(self, rows: list[_Row], slab: hf_kv.Slab) -> None:
         """One token for every row; rows that end leave (the last row takes the freed slot)."""
         t0, c0 = time.perf_counter(), time.thread_time()
         logits = self._forward(rows, slab)
@@ -895,10 +698,10 @@ class HFBackend:
                        torch.tensor([r.top_p for r in reqs], device=dev), [r.noise for r in reqs])
 
     def _attention(self):
-        """The model's SDPA attention as ``_sdpa_gqa`` for one forward of the loop (restored right after it, so a
+        """The model's SDPA attention as ``hf_kv.sdpa_gqa`` for one forward of the loop (restored right after it, so a
         forward of the trainer, which runs only when no request is in flight, never sees the switch)."""
         sdpa = self.model.config._attn_implementation == "sdpa"
-        return _attention(self.model, _register_sdpa_gqa(self.fixed_shapes) if sdpa else None)
+        return hf_kv.attention(self.model, hf_kv.register_sdpa_gqa(self.fixed_shapes) if sdpa else None)
 
     def _finished(self, row: _Row) -> bool:
         """Resolve ``row``'s request if its last token ends it (end of turn, or its token budget); True too

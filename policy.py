@@ -455,10 +455,8 @@ class OpenAIBackend:
         request's sampling with it; OpenAI's API treats it as best effort)."""
         if not messages:
             raise ValueError("OpenAIBackend.generate needs messages (chat API)")
-        body = {"model": self.model, "messages": messages,
-                "max_tokens": int(max_new_tokens or self.max_new_tokens),
-                "temperature": float(self.temperature if temperature is None else temperature),
-                "top_p": float(self.top_p if top_p is None else top_p),
+        n, t, p = hf_backend.request_settings(self, max_new_tokens, temperature, top_p)
+        body = {"model": self.model, "messages": messages, "max_tokens": n, "temperature": t, "top_p": p,
                 **({"seed": int(seed)} if seed is not None else {}), **self.extra_body}
         return await asyncio.to_thread(self._complete, body)
 

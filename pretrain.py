@@ -27,7 +27,7 @@ import torch
 import compress
 import policy
 import synthweb
-import trainlib
+import logprobs
 
 
 def render_row(tok, intent: str, history: list[str], obs: str, response: str, prompt: str = "short"):
@@ -54,7 +54,7 @@ class Rows(torch.utils.data.IterableDataset):
 
 def collate(rows, pad: int):
     """(ids, mask) rows -> input_ids, attention_mask, loss_mask."""
-    return trainlib.pad_batch([ids for ids, _ in rows], [mask for _, mask in rows], pad)
+    return logprobs.pad_batch([ids for ids, _ in rows], [mask for _, mask in rows], pad)
 
 
 def probe_rows(tok, seed: int, n: int, mix: dict[str, float], easy: bool = False):

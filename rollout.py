@@ -69,6 +69,14 @@ class EpisodeConfig:
     CPU s less per episode); off by default, as some pages keep state across episodes (MiniWoBFamily); make
     demo's 8 tasks give the same observations and rewards either way (tests/test_env_miniwob.py)"""
 
+    def __post_init__(self):   # a bad setting fails when the flags are read, naming its flag
+        checks = {"--max-new-tokens must be >= 1": self.max_new_tokens >= 1,
+                  "--temperature must be >= 0 (0: greedy)": self.temperature >= 0,
+                  "--top-p must lie in (0, 1]": 0 < self.top_p <= 1}
+        if bad := [f"{rule}, not {value}" for (rule, ok), value in
+                   zip(checks.items(), (self.max_new_tokens, self.temperature, self.top_p)) if not ok]:
+            raise ValueError("; ".join(bad))
+
     def env_kwargs(self, *families: webenv.TaskFamily) -> dict[str, Any]:
         """The ``BrowserPool.new_env`` options these settings ask for, with ``families`` (a family's options
         for this run, e.g. ``WebArenaFamily(rubric=...)``)."""
@@ -158,7 +166,7 @@ def group_noise(seed: int, group: int) -> int:
     so it names the step and the round); its trajectories' requests are ``request_seed(group_noise(seed, group),
     task, page, index in group, turn)``: a rollout is a function of the weights, the run's seed and where it stands
     in the run, never of its batch or of which browser answered first."""
-    return _hash63(f"m-grpo|{seed}|{group}")
+    return hash63(f"m-grpo|{seed}|{group}")
 
 
 def request_seed(noise: int, task_id: str, page: int, sample: int, turn: int) -> int:
@@ -166,10 +174,10 @@ def request_seed(noise: int, task_id: str, page: int, sample: int, turn: int) ->
     63 bits. The backend draws token k's noise as the k-th draw of a generator seeded with it, so the noise is a
     function of (task, page, sample, turn, token position) and never of the batch or of other requests: two
     models asked on the same page and sample draw with the same noise, and their paired difference loses it."""
-    return _hash63(f"{noise}|{task_id}|{page}|{sample}|{turn}")
+    return hash63(f"{noise}|{task_id}|{page}|{sample}|{turn}")
 
 
-def _hash63(key: str) -> int:
+def hash63(key: str) -> int:
     """63 bits of blake2b of ``key``: a seed no other key shares in practice, the same on every machine."""
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 

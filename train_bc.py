@@ -43,6 +43,7 @@ import torch
 
 import bc_data
 import compress
+import logprobs
 import policy
 import trainlib
 
@@ -198,16 +199,13 @@ def bc_step(engine, batches: list[list[Sample]], pad_id: int, forward_batch: int
         tokens = max(sum(sum(mask[1:]) for _, mask in batch), 1)     # the micro-batch's action tokens (shifted)
         parts = pieces(batch, forward_batch)
         for j, piece in enumerate(parts):
-            ids, attn, loss_mask = trainlib.pad_batch(*zip(*piece), pad_id=pad_id)
+            ids, attn, loss_mask = logprobs.pad_batch(*zip(*piece), pad_id=pad_id)
             ids, attn, loss_mask = ids.to(engine.device), attn.to(engine.device), loss_mask.to(engine.device)
-            logp, _, top1 = trainlib.action_logprobs(engine, ids, attn, loss_mask)            # [b, L] each
+            logp, _, top1 = logprobs.action_logprobs(engine, ids, attn, loss_mask)            # [b, L] each
             m = loss_mask[:, 1:]                                                              # [b, L-1]
             loss = -(logp[:, 1:] * m).sum() / tokens
             last = k == len(batches) - 1 and j == len(parts) - 1
-            engine.set_gradient_accumulation_boundary(last)
-            engine.backward(loss / len(batches), scale_wrt_gas=False)   # the mean over micro-batches
-            gn = trainlib.grad_norm(engine) if last else gn
-            engine.step()
+            gn = trainlib.accumulate(engine, loss / len(batches), boundary=last)   # the mean over micro-batches
             with torch.no_grad():
                 acc_sum += float((top1[:, 1:] * m).sum())
                 tok_sum += float(m.sum())

@@ -46,10 +46,10 @@ import torch
 from tqdm import tqdm
 
 import env as webenv
+import logprobs
 import mismatch
 import policy
 import trainlib
-import vllm_backend
 from env import webarena
 from rollout import (EnvConfig, EpisodeConfig, Job, Runner, Sample, Trajectory, group_noise, rollouts, task_counts,
                      task_success, trajectory_stats)
@@ -357,63 +357,53 @@ def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tenso
 
 # ---- the update ----
 
+class Tally:
+    """The update's figures over its micro-batches: the loss (a sum, per update), and its KL, clip fraction and
+    entropy per action token."""
+
+    def __init__(self):
+        self.sums = dict.fromkeys(("train/loss", "train/kl", "train/clip_frac", "train/entropy", "tokens"), 0.0)
+
+    def add(self, loss: torch.Tensor, st: dict[str, float], ent: torch.Tensor, mask: torch.Tensor) -> None:
+        for key, value in (("train/loss", float(loss.detach())), ("train/kl", st["kl"] * st["tokens"]),
+                           ("train/clip_frac", st["clip_frac"] * st["tokens"]), ("tokens", st["tokens"]),
+                           ("train/entropy", float((ent.detach() * mask).sum()))):
+            self.sums[key] += value
+
+    def stats(self, updates: int, kl: bool) -> dict[str, float]:
+        n_tok = max(self.sums.pop("tokens"), 1.0)
+        out = {key: value / n_tok for key, value in self.sums.items()}
+        out["train/loss"] = self.sums["train/loss"] / updates
+        return out if kl else {key: value for key, value in out.items() if key != "train/kl"}   # beta = 0: no KL
+
+
 def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str = "packed") -> dict[str, float]:
-    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), actions scored at the rollouts'
-    temperature (pi(a | h) as sampled). ``how``: ``packed``: identical samples scored once
-    (``trainlib.merge_identical``), a context's samples in one micro-batch (``trainlib.context_batches``) and the
-    context computed once for them (``trainlib.packed_logprobs``); ``rows``: a row per sample; ``plain``: each
-    sample in rollout order, a row each.
-    Every rank runs the same number of micro-batches (ZeRO-3 gathers parameters collectively), zero-weight ones
-    padding; the weights are multiplied by the world size (DeepSpeed averages the ranks' gradients)."""
-    samples, adv, weight, mb = batch.samples, batch.adv, batch.weight, args.micro_batch
-    score = trainlib.packed_logprobs if how == "packed" else trainlib.forward_logprobs
-    index = [list(range(i, min(i + mb, len(samples)))) for i in range(0, len(samples), mb)]
-    if how != "plain":
-        samples, adv, weight = trainlib.merge_identical(samples, adv, weight, same_advantage=args.updates_per_batch > 1)
-        index = trainlib.context_batches(samples, mb)
-    index += [[len(samples)]] * (trainlib.all_reduce_max(len(index)) - len(index))   # (the same number on every rank)
-    dummy = Sample([pad_id, pad_id], [0, 0], logprobs=[])
-    chunks = [[samples[i] for i in idx if i < len(samples)] or [dummy] for idx in index]
-    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-    adv_t, w_t = torch.tensor(adv + [0.0]), torch.tensor(weight + [0.0]) * world
+    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), each action scored at the rollouts'
+    temperature (pi(a | h) as sampled). ``how`` changes the speed only (bench/bench_update.py): ``packed`` scores
+    a context once for the actions taken from it (``logprobs.packed_logprobs``), ``rows`` a row per sample
+    (``logprobs.forward_logprobs``), ``plain`` a row per sample in rollout order, identical ones not merged."""
     dev, temp = engine.device, args.episode.temperature
-
-    ref_logps, old_logps = [], []
-    with torch.no_grad():
-        for chunk in chunks:
-            if ref_model is not None:
-                ref_logps.append(score(ref_model, chunk, pad_id, dev, temp)[0])
-            if args.updates_per_batch > 1:   # pi_old: the policy before the first update
-                old_logps.append(score(engine, chunk, pad_id, dev, temp)[0])
-
-    totals = dict.fromkeys(("train/loss", "train/kl", "train/clip_frac", "train/entropy"), 0.0)
-    n_tok = 0.0
+    mbs = logprobs.micro_batches(batch.samples, batch.adv, batch.weight, args.micro_batch, pad_id,
+                                 merge=how != "plain", same_advantage=args.updates_per_batch > 1)
+    scoring = logprobs.packed_logprobs if how == "packed" else logprobs.forward_logprobs
+    score = lambda model, mb: scoring(model, mb.samples, pad_id, dev, temp)   # noqa: E731  log-probs, entropies, mask
+    with torch.no_grad():   # pi_ref (the KL term); pi_old before the first step when the batch is used more than once
+        fixed = [(score(ref_model, mb)[0] if ref_model is not None else None,
+                  score(engine, mb)[0] if args.updates_per_batch > 1 else None) for mb in mbs]
     gauge = mismatch.Gauge(args.rollout_engine, exact=(temp, args.episode.top_p) == (1, 1))   # the engine's log-probs
+    tally = Tally()
     for epoch in range(args.updates_per_batch):
-        for k, (chunk, idx) in enumerate(zip(chunks, index)):
-            logp, ent, mask = score(engine, chunk, pad_id, dev, temp)                            # [n, L] each
-            old = old_logps[k] if old_logps else logp.detach()                            # [n, L]
-            ref = ref_logps[k] if ref_logps else None                                     # [n, L]
-            is_w = gauge.weights(chunk, old, mask, first_epoch=epoch == 0)                 # [n, L] or None
-            loss, st = mgrpo_loss(logp, old, ref, mask, adv_t[idx].to(dev), w_t[idx].to(dev),
+        for k, (mb, (ref, old)) in enumerate(zip(mbs, fixed)):
+            logp, ent, mask = score(engine, mb)                                       # [n, L] each
+            old = old if old is not None else logp.detach()   # pi_old; one update per batch: pi_theta (ratio 1)
+            is_w = gauge.weights(mb.samples, old, mask, first_epoch=epoch == 0)       # [n, L] or None
+            loss, st = mgrpo_loss(logp, old, ref, mask, mb.adv.to(dev), mb.weight.to(dev),
                                   clip_eps=args.clip_eps, beta=args.beta, is_weight=is_w)
-            engine.set_gradient_accumulation_boundary(k == len(chunks) - 1)
-            engine.backward(loss, scale_wrt_gas=False)   # the weights already normalise (Eq. 2)
-            gn = trainlib.grad_norm(engine) if k == len(chunks) - 1 else -1.0
-            engine.step()
-            n_tok += st["tokens"]
-            totals["train/loss"] += float(loss.detach())
-            totals["train/kl"] += st["kl"] * st["tokens"]
-            totals["train/clip_frac"] += st["clip_frac"] * st["tokens"]
-            totals["train/entropy"] += float((ent.detach() * mask).sum())
-    for key in ("train/kl", "train/clip_frac", "train/entropy"):
-        totals[key] /= max(n_tok, 1.0)
-    if ref_model is None:   # beta = 0: no reference, no KL to report
-        del totals["train/kl"]
-    totals["train/loss"] /= args.updates_per_batch
-    return totals | gauge.stats() | {"train/grad_norm": trainlib.last_grad_norm(engine, gn),
-                                     "train/lr": engine.get_lr()[0], "train/samples": float(len(batch.samples)),
-                                     "train/samples_scored": float(len(samples))}
+            norm = trainlib.accumulate(engine, loss, boundary=k == len(mbs) - 1)
+            tally.add(loss, st, ent, mask)
+    return tally.stats(args.updates_per_batch, kl=ref_model is not None) | gauge.stats() | {
+        "train/grad_norm": trainlib.last_grad_norm(engine, norm), "train/lr": engine.get_lr()[0],
+        "train/samples": float(len(batch.samples)), "train/samples_scored": float(sum(map(len, mbs)))}
 
 
 # ---- the training loop ----
@@ -437,9 +427,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     log -> save. Returns (steps done, groups consumed, why it stopped early)."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out, started, stopped = Path(args.out), time.time(), Stop.NO
-    if args.backend == "vllm" and step:   # resumed: the engine starts from the checkpoint's weights
-        await vllm_backend.push_weights_to_vllm(backend, engine.module)
-        log.info("resumed: pushed step_%d's weights into the vLLM engine", step)
+    if step:   # resumed: the engine generates with the checkpoint's weights
+        await backend.load_weights(engine.module)
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     async with args.env.pool() as pool, \
             Runner(pool, args.tasks_per_step // world * args.group_size, timeout_s=args.episode.episode_timeout,
@@ -469,11 +458,10 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 step += 1
 
                 # ---- weight sync (vLLM: pushed and checked [collectives]; HF: its float64 copy if it has one) ----
-                if learn:
-                    train_stats |= await backend.after_update(engine.module)
+                synced = await backend.after_update(engine.module) if learn else {}   # (figures over the ranks)
 
-                # ---- log [collectives: the metrics averaged over ranks, the sync check's worst, the Stop] ----
-                stats = step_stats(trajs, batch, rounds, train_stats | times, tasks, args, learn)
+                # ---- log [collectives: the metrics averaged over ranks, the mismatch's largest, the Stop] ----
+                stats = step_stats(trajs, batch, rounds, train_stats | times, tasks, args) | synced
                 out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
                 stopped = Stop(trainlib.all_reduce_max(Stop.INTERRUPTED if interrupted.is_set() else
                                                        Stop.TIME_BUDGET if out_of_time else Stop.NO))
@@ -506,14 +494,14 @@ async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task],
                            sum(t.parse_errors for t in got), sum(t.env_error for t in got)], dtype=torch.long)
     n, ok, turns, bad, errors = trainlib.all_reduce(counts, torch.distributed.ReduceOp.SUM).tolist()   # one collective
     return {"val/success_rate": ok / max(n, 1), "val/parse_fail_rate": bad / max(turns, 1),
-            "val/env_errors": float(errors)}
+            "val/env_errors": float(errors), "val/episodes": float(n)}
 
 
 def step_stats(trajs: list[Trajectory], batch: Batch, rounds: int, train_stats: dict[str, float],
-               tasks: list[webenv.Task], args: Args, learn: bool) -> dict[str, float]:
+               tasks: list[webenv.Task], args: Args) -> dict[str, float]:
     """One step's metrics, averaged over the ranks: the rollouts', the groups', the update's (``train_stats``),
-    success per task, the site replicas' leases, GiGPO's step groups; the weight-sync check's are the worst rank's
-    (every rank has them or none, ``learn`` being agreed; a rank without samples takes no part in the worst)."""
+    success per task, the site replicas' leases, GiGPO's step groups; the engine mismatch's largest figures are
+    the largest rank's."""
     groups = len(batch.zero_std) + batch.dropped   # rolled out, of which zero_std: equal rewards
     stats = trajectory_stats(trajs) | task_counts(trajs, tasks) | train_stats | {
         "rollout/rounds": float(rounds), "rollout/groups_dropped": float(batch.dropped),
@@ -524,9 +512,8 @@ def step_stats(trajs: list[Trajectory], batch: Batch, rounds: int, train_stats: 
                   "train/step_groups_signal": float(batch.step_groups_differ)}
     if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
         stats |= sites.step_stats()
-    sync = {k: stats.pop(k, None) for k in vllm_backend.SYNC_WORST} if args.backend == "vllm" and learn else {}
     largest = {k: trainlib.all_reduce_fmax(stats.pop(k)) for k in mismatch.MISMATCH_MAX if k in stats}   # (every rank)
-    return task_success(trainlib.all_reduce_mean(stats)) | vllm_backend.worst_rank(sync) | largest
+    return task_success(trainlib.all_reduce_mean(stats)) | largest
 
 
 def log_step(out: Path, step: int, trajs: list[Trajectory], stats: dict[str, float], args: Args, bar) -> None:
@@ -631,13 +618,14 @@ def main(args: Args) -> Path:
 def plot_dynamics(out: Path, model: str, step: int) -> None:
     """<out>/dynamics.png from metrics.jsonl: what a reader needs to judge a run (rollout and validation success,
     KL to the start, groups with a signal, engine/trainer mismatch, unparsable turns, response length, tasks)."""
-    panels = [("rollout/success_rate", "rollout success rate"), ("val/success_rate", "greedy success, validation", 1),
+    panels = [("rollout/success_rate", "rollout success rate"),
+              ("val/success_rate", "greedy success, validation", 1, "val/episodes"),
               ("train/kl", "KL to the start (reference)"), ("rollout/frac_signal", "groups with a signal"),
               ("mismatch/kl_k3", "engine/trainer mismatch (token KL)"),
               ("rollout/parse_fail_rate", "unparsable responses / turn"),
               ("rollout/response_tokens", "response tokens / trajectory"), ("rollout/success/*", "success per task")]
     trainlib.plot_metrics(out / "metrics.jsonl", panels, out / "dynamics.png",
-                          title=f"M-GRPO training dynamics ({model})", smooth=max(5, step // 10))
+                          title=f"M-GRPO training dynamics: {out} (from {model})", smooth=max(5, step // 10))
 
 
 if __name__ == "__main__":

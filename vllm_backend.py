@@ -38,8 +38,9 @@ from typing import Any, Sequence
 
 import torch
 
+import logprobs
 import trainlib
-from hf_backend import Generation, end_of_turn_ids
+from hf_backend import Generation, end_of_turn_ids, request_settings
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,9 @@ class VLLMBackend:
         """The ``SamplingParams`` of one request: n=1, the sampled token's log-prob (``logprobs=0``),
         stop at the end-of-turn ids; top-k off."""
         from vllm import SamplingParams
-        return SamplingParams(
-            n=1, max_tokens=int(max_new_tokens or self.max_new_tokens),
-            temperature=float(self.temperature if temperature is None else temperature),
-            top_p=float(self.top_p if top_p is None else top_p), logprobs=0,
-            stop_token_ids=list(self.stop_ids), skip_special_tokens=True, **extra)
+        n, t, p = request_settings(self, max_new_tokens, temperature, top_p)
+        return SamplingParams(n=1, max_tokens=n, temperature=t, top_p=p, logprobs=0,
+                              stop_token_ids=list(self.stop_ids), skip_special_tokens=True, **extra)
 
     async def _run(self, prompt_ids: Sequence[int], params):
         from vllm import TokensPrompt
@@ -155,8 +154,15 @@ class VLLMBackend:
 
     async def after_update(self, module) -> dict[str, float]:
         """The updated weights pushed (``sync_weights``) and checked on the probe (``probe_sync``): ``sync/...``
-        figures, each reported for the worst rank (``worst_rank``)."""
-        return await sync_weights(self, module) | await probe_sync(self, module, self._probe, self._before)
+        figures over the ranks, the push's seconds their mean, the check's the worst rank's (``worst_rank``;
+        collectives: every rank calls it after the same update)."""
+        figures = await sync_weights(self, module) | await probe_sync(self, module, self._probe, self._before)
+        worst = worst_rank({k: figures.pop(k, None) for k in SYNC_WORST})
+        return trainlib.all_reduce_mean(figures) | worst
+
+    async def load_weights(self, module) -> None:
+        """A resumed run's first push: the engine started from ``--model``, the trainer from its checkpoint."""
+        await push_weights_to_vllm(self, module)
 
     async def sleep(self) -> None:
         """Before the trainer's update: vLLM's sleep level 1 moves the weights to CPU memory and frees the KV
@@ -495,7 +501,7 @@ async def score_probe(backend, model, probe: Any) -> tuple[torch.Tensor, torch.T
     parameters collectively, and a rank that skipped it would leave the others waiting."""
     pad = backend.tokenizer.pad_token_id
     with torch.no_grad():
-        logp, _, mask = trainlib.forward_logprobs(model, [probe], pad, next(model.parameters()).device)
+        logp, _, mask = logprobs.forward_logprobs(model, [probe], pad, next(model.parameters()).device)
     if 1 not in probe.mask:   # no samples, or the action starts past max_model_len: nothing to compare
         return torch.zeros(0), torch.zeros(0)
     start = probe.mask.index(1)

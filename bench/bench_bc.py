@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bc_data  # noqa: E402
 import policy  # noqa: E402
-import trainlib  # noqa: E402
+import logprobs  # noqa: E402
 import train_bc  # noqa: E402  (its pieces, the split this bench times)
 
 
@@ -33,8 +33,8 @@ def step(model, batch: list, n: int, pad_id: int) -> tuple[float, int, int]:
     computed = real = 0
     t0 = time.perf_counter()
     for piece in train_bc.pieces(batch, -(-len(batch) // n) if n > 1 else 0):
-        ids, attn, mask = trainlib.pad_batch(*zip(*piece), pad_id=pad_id)
-        logp, _, _ = trainlib.action_logprobs(model, ids, attn, mask)
+        ids, attn, mask = logprobs.pad_batch(*zip(*piece), pad_id=pad_id)
+        logp, _, _ = logprobs.action_logprobs(model, ids, attn, mask)
         (-(logp[:, 1:] * mask[:, 1:]).sum() / total).backward()
         computed += ids.numel()
         real += int(attn.sum())

@@ -39,6 +39,7 @@ import torch  # noqa: E402
 
 import env as webenv  # noqa: E402
 import hf_backend  # noqa: E402
+import logprobs  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402
@@ -118,14 +119,14 @@ def group_gradients(model, groups: list[list[Trajectory]], modes: list[str], pad
         live = {m: b for m, b in batches.items() if b.groups}
         if not live:
             continue
-        merged = {m: trainlib.merge_identical(b.samples, b.adv, b.weight) for m, b in live.items()}
+        merged = {m: logprobs.merge_identical(b.samples, b.adv, b.weight) for m, b in live.items()}
         samples = next(iter(merged.values()))[0]
         assert all(v[0] == samples for v in merged.values())          # the same valid trajectories in every mode
         order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
         total = {m: [torch.zeros_like(p) for p in params] for m in live}
         for k in range(0, len(order), args.micro_batch):
             idx = order[k:k + args.micro_batch]
-            logp, _, mask = trainlib.forward_logprobs(model, [samples[i] for i in idx], pad_id, "cpu")
+            logp, _, mask = logprobs.forward_logprobs(model, [samples[i] for i in idx], pad_id, "cpu")
             for n, m in enumerate(live):
                 _, adv, w = merged[m]
                 loss, _ = train_mgrpo.mgrpo_loss(logp, logp.detach(), None, mask, torch.tensor([adv[i] for i in idx]),

@@ -1,6 +1,6 @@
 """Peak memory of one M-GRPO update (forward + Eq. 2 loss + backward) with log-probs from full-vocabulary
-logits of every position (``trainlib.token_logprobs``, what the update used before) and from the action
-tokens only (``trainlib.action_logprobs``, what it uses now), side by side in one run.
+logits of every position (``logprobs.token_logprobs``, what the update used before) and from the action
+tokens only (``logprobs.action_logprobs``, what it uses now), side by side in one run.
 
 The model has Qwen2.5's vocabulary (151,936 tokens, tied embeddings as in Qwen2.5-0.5B / 3B) and a small
 body (hidden 64, 2 layers, fp32 on this CPU): the logits are what grows with the vocabulary, and the body
@@ -41,7 +41,7 @@ def one(variant: str, length: int, action_tokens: int, cap_gib: float) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    import trainlib
+    import logprobs
     from train_mgrpo import mgrpo_loss
     torch.manual_seed(0)
     torch.set_num_threads(2)
@@ -59,9 +59,9 @@ def one(variant: str, length: int, action_tokens: int, cap_gib: float) -> dict:
     t0 = time.perf_counter()
     try:
         if variant == "full":
-            logp, _ = trainlib.token_logprobs(model, ids, attn)
+            logp, _ = logprobs.token_logprobs(model, ids, attn)
         else:
-            logp, *_ = trainlib.action_logprobs(model, ids, attn, mask)
+            logp, *_ = logprobs.action_logprobs(model, ids, attn, mask)
         loss, _ = mgrpo_loss(logp, logp.detach(), ref, mask, adv, weight)
         loss.backward()
     except (RuntimeError, MemoryError) as e:           # the cap: "can't allocate memory"

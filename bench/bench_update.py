@@ -1,5 +1,5 @@
 """The M-GRPO update alone, its ways side by side on the same batches: a row per sample, or each context
-computed once for the actions taken from it (``train_mgrpo.update(how=...)``, ``trainlib.packed_logprobs``).
+computed once for the actions taken from it (``train_mgrpo.update(how=...)``, ``logprobs.packed_logprobs``).
 
 The batches are make demo's: ``--batches`` steps of B 8 x G 8 rollouts of ``--model`` on make demo's 8 tasks
 (seeded, pages restarted in place, <= 6 interactions of 64 tokens, T = 1), rolled out once. Then each way updates
@@ -27,6 +27,7 @@ from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own direc
 
 import env as webenv  # noqa: E402
 import hf_backend  # noqa: E402
+import logprobs  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 import train_mgrpo  # noqa: E402  (the update this bench times)
@@ -58,8 +59,8 @@ def tokens(samples, how: str) -> int:
     ``packed`` each distinct context once plus every action."""
     if how != "packed":
         return sum(len(s.ids) for s in samples)
-    contexts = {trainlib.context_of(s) for s in samples}
-    return sum(map(len, contexts)) + sum(len(s.ids) - trainlib.action_start(s) for s in samples)
+    contexts = {logprobs.context_of(s) for s in samples}
+    return sum(map(len, contexts)) + sum(len(s.ids) - logprobs.action_start(s) for s in samples)
 
 
 async def roll(model, tok, args: Args) -> list[train_mgrpo.Batch]:
@@ -103,8 +104,8 @@ def main(args: Args) -> None:
                 seconds[w][r] += (dt := time.perf_counter() - t0) / len(batches)
                 print(f"  repeat {r} batch {i} {w:>7}: {dt:6.2f} s", flush=True)
     for i, b in enumerate(batches):
-        merged = trainlib.merge_identical(b.samples, b.adv, b.weight)[0]
-        contexts = len({trainlib.context_of(s) for s in merged})
+        merged = logprobs.merge_identical(b.samples, b.adv, b.weight)[0]
+        contexts = len({logprobs.context_of(s) for s in merged})
         print(f"batch {i}: {len(b.samples)} samples, {len(merged)} after merging identical ones, {contexts} contexts; "
               + ", ".join(f"{w} {tokens(merged if w != 'plain' else b.samples, w.partition(':')[0])} tokens"
                           for w in ways))

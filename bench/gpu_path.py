@@ -17,7 +17,7 @@ MFU = model FLOPs / seconds / peak FLOPs of the device, model FLOPs counted as t
 estimate per token: forward 2 N + 4 n_layers h s_ctx (N non-embedding parameters + the LM head's h V where
 it runs, attention over the token's causal context s_ctx ~ half the sequence), backward twice the forward;
 the M-GRPO update = policy forward + backward + the reference forward (no_grad), on every token for the body
-and on the action tokens only for the LM head (``trainlib.action_logprobs``). Recomputation is not counted.
+and on the action tokens only for the LM head (``logprobs.action_logprobs``). Recomputation is not counted.
 
 Run (GPU):  .venv/bin/python bench/gpu_path.py --shape 0.5b && .venv/bin/python bench/gpu_path.py --shape 3b
 Run (CPU, what tests/test_gpu_path.py runs):  .venv/bin/python bench/gpu_path.py --shape tiny
@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import hf_backend  # noqa: E402
+import logprobs  # noqa: E402
 import policy  # noqa: E402
 import trainlib  # noqa: E402
 from rollout import Sample, Trajectory  # noqa: E402
@@ -130,7 +131,7 @@ def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, de
     checkpoint and the ZeRO-3 trainer: vLLM in bf16 where it is installed on a GPU (what a paper-scale run rolls out
     with), else an HF model in the training dtype scoring each sample alone (another batch and kernel path than the
     trainer's; on a CPU, float32: the figures are rounding). Returns (which engine, the figures)."""
-    starts = [trainlib.action_start(s) for s in samples]
+    starts = [logprobs.action_start(s) for s in samples]
     name = f"hf {dtype}"
     logprobs = None
     if device.type == "cuda" and importlib.util.find_spec("vllm") is not None:
@@ -157,7 +158,7 @@ def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, de
     with torch.no_grad():
         for i in range(0, len(scored), micro_batch):
             chunk = scored[i:i + micro_batch]
-            logp, _, mask = trainlib.forward_logprobs(engine, chunk, pad_id, device)
+            logp, _, mask = logprobs.forward_logprobs(engine, chunk, pad_id, device)
             sums.append(mismatch_sums(logp.float(), engine_logprobs(chunk, mask), mask))
     return name, mismatch_stats(sums)
 
@@ -219,9 +220,9 @@ def main() -> None:
         t0 = time.perf_counter()
         for step in range(a.bc_steps):
             chunk = samples[(step * a.micro_batch) % len(samples):][:a.micro_batch]
-            padded = trainlib.pad_batch([s.ids for s in chunk], [s.mask for s in chunk], tokenizer.pad_token_id)
+            padded = logprobs.pad_batch([s.ids for s in chunk], [s.mask for s in chunk], tokenizer.pad_token_id)
             ids, attn, mask = (x.to(device) for x in padded)
-            logp, _, _ = trainlib.action_logprobs(engine, ids, attn, mask)
+            logp, _, _ = logprobs.action_logprobs(engine, ids, attn, mask)
             loss = -(logp * mask).sum() / mask.sum()
             engine.backward(loss)
             engine.step()
@@ -235,13 +236,13 @@ def main() -> None:
         ckpt = trainlib.save_checkpoint(engine, tokenizer, out, 1, {}, rank)
         reloaded, _ = policy.load(str(ckpt / "hf"), device=device, dtype=dtype)
         probe = samples[:1]
-        ids, attn, mask = (x.to(device) for x in trainlib.pad_batch([s.ids for s in probe], [s.mask for s in probe],
+        ids, attn, mask = (x.to(device) for x in logprobs.pad_batch([s.ids for s in probe], [s.mask for s in probe],
                                                                     tokenizer.pad_token_id))
         engine.eval()
         with torch.no_grad():
-            trainer = trainlib.action_logprobs(engine, ids, attn, mask)[0]
-            fresh = trainlib.action_logprobs(reloaded, ids, attn, mask)[0]
-            init = trainlib.action_logprobs(ref, ids, attn, mask)[0]          # the untrained weights
+            trainer = logprobs.action_logprobs(engine, ids, attn, mask)[0]
+            fresh = logprobs.action_logprobs(reloaded, ids, attn, mask)[0]
+            init = logprobs.action_logprobs(ref, ids, attn, mask)[0]          # the untrained weights
         on = mask.bool()
         reload_diff = float((trainer[on] - fresh[on]).abs().max())
         trained_diff = float((init[on] - fresh[on]).abs().max())

@@ -11,8 +11,9 @@ agent's env, the action grammar, the task interface and all three task families,
 - hangs.py: a page whose script hangs, told apart from a slow one by CPU time and stopped (``WebEnv``'s guard):
   ``env.hangs.ScriptGuard``, ``PageHung``, ``MAX_DIALOGS``.
 - browser.py: one Chromium and many isolated contexts; the env one agent acts in (reset / step / observation,
-  the observation's extractor in observation.js): ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``,
-  ``find_chromium``, ``start_browser_server``.
+  the observation's extractor in observation.js): ``BrowserPool``, ``WebEnv``, ``Observation``, ``StepResult``;
+  what a context's events say in watch.py (``ContextWatch``), and the browser itself in chromium.py (where it
+  is, its flags, browser servers elsewhere): ``find_chromium``, ``start_browser_server``.
 - The task families, each registering itself on import: miniwob.py, MiniWoB++ (the embedded default):
   ``MiniWoBFamily``, ``miniwob_task``, ``MINIWOB_UNSOLVABLE``; webarena.py, WebArena / WebArena-Lite (configs
   and the family: ``load_webarena_tasks``, ``WebArenaFamily``), with its rubrics in webarena_rubrics.py
@@ -39,9 +40,9 @@ from __future__ import annotations
 from . import miniwob, sitesuite, webarena  # noqa: F401  (each registers its family on import)
 from .actions import (ACTION_NAMES, NEEDS_ARGUMENT, NEEDS_ELEMENT, OPTIONAL_ELEMENT, Action, ActionParseError,
                       format_action, parse_action)
-from .browser import (EXTRACT_JS, KEPT_ATTRS, LAUNCH_ARGS, MAX_OBS_CHARS, BrowserPool, ContextWatch, Observation,
-                      StepResult, WebEnv, browser_endpoints, find_chromium, redact_endpoint, start_browser_server,
-                      stop_browser_server)
+from .browser import EXTRACT_JS, KEPT_ATTRS, MAX_OBS_CHARS, BrowserPool, Observation, StepResult, WebEnv
+from .chromium import (LAUNCH_ARGS, browser_endpoints, find_chromium, redact_endpoint, start_browser_server,
+                       stop_browser_server)
 from .miniwob import (MINIWOB_BASE_URL, MINIWOB_EXCLUDE_IDS, MINIWOB_HOST, MINIWOB_UNSOLVABLE, MiniWoBFamily,
                       miniwob_task, miniwob_task_names)
 from .sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy, address_toward, host_entry,
@@ -50,6 +51,7 @@ from .sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy,
 from .sitesuite import SuiteFamily
 from .tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, VALID_SEEDS, EpisodeCrash, EpisodeStatus, Task, TaskEnv,
                     TaskFamily, family_of, first_line, load_tasks, redact, register_family)
+from .watch import ContextWatch
 from .webarena import EVAL_TYPES, WebArenaFamily, load_webarena_tasks, webarena_task
 from .webarena_helpers import (LOGIN_SITES, WEBARENA_ACCOUNTS, WEBARENA_HELPERS, WEBARENA_SITES, check_login_alive,
                                check_storage_state, login_files, substitute_placeholders, webarena_login,

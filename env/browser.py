@@ -2,13 +2,14 @@
 
 - ``BrowserPool``: one headless Chromium (async Playwright), many isolated contexts (own cookies and
   storage). Browser: $WEBAGENT_CHROMIUM, else Playwright's bundled Chromium when installed, else a system
-  one (chromium / chromium-browser on PATH, /usr/bin/chromium). Relaunched when it dies. With
+  one (chromium / chromium-browser on PATH, /usr/bin/chromium: chromium.py). Relaunched when it dies. With
   ``endpoints`` (``--browser-endpoint``) it connects to ``playwright run-server`` servers instead.
 - ``WebEnv.reset(task) / step(response)``: ``step`` takes the model's whole reply, parses ONE action
   (actions.parse_action, a real tokenizer, never eval), executes it (execute.py), and returns s_{t+1}, the
   binary reward and info (action, parse_error, error, done_reason, blocked_requests, raw_reward, counters).
   WebEnv asks ``Task.family``'s family (tasks.TaskFamily) how to start, observe and score an episode and
-  never branches on the site; its context is guarded by a sandbox.Sandbox and watched by a ``ContextWatch``.
+  never branches on the site; its context is guarded by a sandbox.Sandbox and watched by a ``ContextWatch``
+  (watch.py).
 - Observation s_t: simplified HTML of the current viewport (``<tag id="N" attr="v"> text </tag>``),
   interactive elements numbered from 0 and stamped in the page as ``data-webagent-id``; one
   ``page.evaluate`` (EXTRACT_JS, which also returns the family's ``status_js`` value). ``max_obs_chars``
@@ -39,13 +40,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import ipaddress
 import json
 import logging
 import os
-import re
-import shutil
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -56,10 +53,12 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from .actions import Action, ActionParseError, format_action, parse_action
+from .chromium import LAUNCH_ARGS, browser_endpoints, find_chromium, redact_endpoint
 from .execute import execute
-from .hangs import MAX_DIALOGS, PageHung, ScriptGuard
+from .hangs import PageHung, ScriptGuard
 from .sandbox import Sandbox, proxy_host, proxy_settings, proxy_toward, sandbox_proxy
-from .tasks import SECRETS, EpisodeCrash, Task, TaskFamily, family_of, first_line, redact
+from .watch import ContextWatch
+from .tasks import EpisodeCrash, Task, TaskFamily, family_of, first_line
 
 log = logging.getLogger("webagent.env")
 
@@ -124,143 +123,6 @@ def _extract_js(status_js: str | None, drawn_js: str | None) -> str:
 
 
 # ---- browser pool: one Chromium (or browser servers elsewhere), many isolated contexts ----
-
-# Flags for a closed network: nothing phones home, nothing waits on a network that is not there.
-LAUNCH_ARGS = (
-    "--disable-gpu", "--disable-quic", "--no-first-run", "--no-default-browser-check",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--disable-breakpad", "--disable-domain-reliability",
-    "--disable-client-side-phishing-detection", "--dns-prefetch-disable", "--metrics-recording-only",
-    "--disable-dev-shm-usage", "--mute-audio", "--password-store=basic", "--use-mock-keychain",
-    "--disable-features=Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,"
-    "CertificateTransparencyComponentUpdater,AutofillServerCommunication",
-    # No name is resolved by Chromium itself: every context connects through the sandbox proxy (SOCKS5 hands
-    # it the host name), which resolves allowed names only. 127.0.0.1 is excluded so that the proxy itself
-    # (an IP literal, which the rule would otherwise also map) stays reachable.
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-    # A scroll by key (a space typed outside a text field, Page Down) jumps instead of gliding for ~150 ms, so that
-    # the next observation does not depend on how soon a busy machine reads it.
-    "--disable-smooth-scrolling",
-)
-
-
-def start_browser_server(port: int | None = None, *, host: str = "127.0.0.1", token: str | None = None,
-                         max_clients: int | None = None) -> tuple[Any, str]:
-    """A Playwright browser server on this machine, the way the pool needs one (``python -m playwright
-    run-server --unsafe``, its endpoint path a fresh random token unless ``token`` is given; token "" = the
-    bare ``/``): (its process, its ``ws://HOST:PORT/TOKEN`` endpoint). ``scripts/browser_server.py`` starts
-    one on a browser machine; the tests and benchmarks of ``--browser-endpoint`` start theirs here.
-    ``--unsafe`` lets a pool send its launch flags and $WEBAGENT_REMOTE_CHROMIUM, and any client that knows
-    the endpoint launch any program: the token is what keeps others out (docs/environment.md). ``max_clients``:
-    connections the server takes at once (one per BrowserPool). Stop it with ``stop_browser_server``."""
-    import secrets
-    import subprocess
-    import sys
-    import tempfile
-    if port is None:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-    token = secrets.token_urlsafe(24) if token is None else token
-    cmd = [sys.executable, "-m", "playwright", "run-server", "--port", str(port), "--host", host,
-           "--path", "/" + token, "--unsafe"] + (["--max-clients", str(max_clients)] if max_clients else [])
-    log = tempfile.NamedTemporaryFile("w+", prefix="run-server-", suffix=".log", delete=False)   # never a full pipe
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:
-        if "Listening on" in open(log.name).read():
-            return proc, f"ws://{'[' + host + ']' if ':' in host else host}:{port}/{token}"
-        time.sleep(0.1)
-    stop_browser_server(proc)
-    raise RuntimeError("playwright run-server did not start: " + open(log.name).read()[-2000:])
-
-
-def stop_browser_server(proc: Any) -> None:
-    """Kill a ``start_browser_server`` process and the browsers it launched, and wait until every process of its
-    group has exited: the Python wrapper can be reaped while its Node server, killed by the same signal, still
-    holds the port for a moment (a client then still connected)."""
-    import signal
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    deadline = time.time() + 30
-    while _group_running(proc.pid) and time.time() < deadline:
-        time.sleep(0.02)
-
-
-def _group_running(pgid: int) -> bool:
-    """Whether a thread of group ``pgid`` is still running, from /proc; False where there is no /proc. Threads,
-    not processes: a killed multi-threaded process (Node) shows its leader as a zombie while its other threads
-    still tear down, and the process's sockets close only when the last of them has exited."""
-    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:                     # exited while we looked
-            continue
-        state, _ppid, pgrp = text[text.rindex(")") + 2:].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            return True
-    return False
-
-
-def find_chromium(bundled_path: str | None = None) -> str | None:
-    """The Chromium to launch: $WEBAGENT_CHROMIUM, else Playwright's bundled browser when its executable
-    exists (returns None = Playwright's default), else a system Chromium on PATH or /usr/bin/chromium."""
-    env_path = os.environ.get("WEBAGENT_CHROMIUM")
-    if env_path:
-        if not os.path.exists(env_path):
-            raise FileNotFoundError(f"WEBAGENT_CHROMIUM={env_path} does not exist")
-        return env_path
-    if bundled_path and os.path.exists(bundled_path):
-        return None
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    if os.path.exists("/usr/bin/chromium"):
-        return "/usr/bin/chromium"
-    raise FileNotFoundError("no Chromium found: run `.venv/bin/python -m playwright install chromium`, "
-                            "install Debian's `chromium`, or set WEBAGENT_CHROMIUM")
-
-
-_warned_bare: set[str] = set()          # endpoints without a secret path, warned about once each
-
-
-def browser_endpoints(value: str | Sequence[str] | None = None) -> list[str]:
-    """Playwright browser servers to connect to: ``value`` (comma- or space-separated ws:// URLs, or a list),
-    else $WEBAGENT_BROWSER_ENDPOINT; [] = launch Chromium here. Each endpoint's path (the server's token) is
-    registered as a secret (``tasks.redact``); a bare or short path to another machine is warned about once."""
-    if value is None:
-        value = os.environ.get("WEBAGENT_BROWSER_ENDPOINT", "")
-    items = re.split(r"[\s,]+", value.strip()) if isinstance(value, str) else list(value)
-    out = [e for e in items if e]
-    for e in out:
-        m = re.match(r"wss?://(\[[^\]]*\]|[^/:]*)(:\d+)?(/.*)?$", e)
-        if not m:
-            raise ValueError(f"browser endpoint {redact(e)!r}: expected a ws:// URL of `playwright run-server`")
-        host, path = m.group(1).strip("[]"), (m.group(3) or "/").strip("/")
-        if len(path) >= 8:                   # a shorter one is no secret, and redacting it would garble logs
-            SECRETS.add(path)
-        if len(path) < 16 and not _is_loopback(host) and e not in _warned_bare:
-            _warned_bare.add(e)
-            log.warning("browser endpoint %s has no secret path: whoever reaches that port can launch any program "
-                        "on that machine (the server runs with --unsafe). Start the server with "
-                        "scripts/browser_server.py and use the endpoint it prints (docs/environment.md)", redact(e))
-    return out
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def redact_endpoint(endpoint: str) -> str:
-    """How a browser server's endpoint appears in logs: ``ws://10.0.0.7:3000/<token>``."""
-    m = re.match(r"(wss?://[^/]*)/(.+)$", endpoint)
-    return f"{m.group(1)}/<token>" if m else endpoint
-
 
 class BrowserPool:
     """One Chromium process (async Playwright) shared by many environments, each with its own browser
@@ -429,101 +291,6 @@ class BrowserPool:
                 await asyncio.wait_for(self.browser.close(), 10)
         self.browser = None
         await self._stop_playwright()
-
-
-# ---- what one context's events say ----
-
-class ContextWatch:
-    """What the events of one browser context tell its env: requests in flight, main-frame navigations, tabs
-    opened (per episode, ``new_episode``), dialogs accepted (per step), and why the episode cannot go on: a
-    page crashed, the context closed while an episode ran (``running()``), a service worker started (counted
-    as blocked; such a context is not reused). One watch per context: ``stop()`` when the env lets its context
-    go, after which that context's events (they still arrive while it closes) change nothing. A new tab
-    becomes the active one (``on_tab(page)``); every tab is attached to the env's ``guard`` (hangs.py), which
-    also stops a dialog loop: more than MAX_DIALOGS dialogs in one step."""
-
-    def __init__(self, context: Any, sandbox: Sandbox, on_tab: Any, running: Any, guard: ScriptGuard) -> None:
-        self.sandbox = sandbox
-        self.on_tab = on_tab
-        self.running = running
-        self.guard = guard
-        self.context = context
-        self.live = True
-        self.new_episode()
-        context.on("serviceworker", self._on_service_worker)
-        context.on("page", self._on_page)
-        context.on("request", self._on_request)
-        context.on("requestfinished", self._on_request_done)
-        context.on("requestfailed", self._on_request_done)
-        context.on("close", lambda _c: self.set_crash("the browser context was closed"))
-
-    def new_episode(self) -> None:
-        self.inflight = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self.navs = 0                           # main-frame navigations, of any tab
-        self.opened = 0                         # tabs opened (popups, target=_blank, the start tabs)
-        self.tab_opened = asyncio.Event()
-        self.dialogs: list[str] = []            # accepted during the current step (step() clears both)
-        self.n_dialogs = 0                      # ... and how many (the list keeps the first MAX_DIALOGS)
-        self.crash: str | None = None
-        self.worker_started = False
-
-    def stop(self) -> None:
-        self.live = False
-
-    def set_crash(self, reason: str) -> None:
-        if self.live and self.crash is None and self.running():
-            self.crash = reason
-
-    def _on_page(self, page: Any) -> None:
-        if not self.live:
-            return
-        page.on("crash", lambda _p: self.set_crash("the page crashed"))
-        page.on("dialog", self._on_dialog)
-        page.on("framenavigated", lambda f: self._on_nav(page, f))
-        self.guard.attach(self.context, page)
-        self.opened += 1
-        self.tab_opened.set()
-        self.on_tab(page)
-
-    def _on_service_worker(self, worker: Any) -> None:
-        """A service worker started although pages cannot register one (a way around the refusal that we do
-        not know of): counted as blocked, and its context is never reused, so the worker, which could answer
-        a later episode's requests on its origin, ends with the context."""
-        if self.live:
-            self.worker_started = True
-            self.sandbox.count(worker.url, "service_worker")
-            log.warning("a service worker started (%s); its context will not be reused", worker.url[:200])
-
-    async def _on_dialog(self, dialog: Any) -> None:
-        """alert/confirm/prompt/beforeunload: accepted (a confirm() guards the agent's own action, e.g. a
-        delete button); the message is reported in info["dialogs"] of the step. Past MAX_DIALOGS in one step the
-        page is in a dialog loop: the guard is told to stop its script and the dialog is dismissed (a loop that
-        goes on ends the episode: hangs.py)."""
-        self.n_dialogs += self.live
-        looping = self.live and self.n_dialogs > MAX_DIALOGS
-        if looping:
-            self.guard.stop(dialog.page, f"{self.n_dialogs} dialogs in one step (a dialog loop)")
-        elif self.live:
-            self.dialogs.append(f"{dialog.type}: {dialog.message}"[:300])
-        with contextlib.suppress(PlaywrightError):
-            await (dialog.dismiss() if looping else dialog.accept())
-
-    def _on_nav(self, page: Any, frame: Any) -> None:
-        if self.live and frame is page.main_frame:
-            self.navs += 1
-
-    def _on_request(self, _request: Any) -> None:
-        if self.live:
-            self.inflight += 1
-            self.idle.clear()
-
-    def _on_request_done(self, _request: Any) -> None:
-        if self.live:
-            self.inflight = max(0, self.inflight - 1)
-            if self.inflight == 0:
-                self.idle.set()
 
 
 # ---- web environment: reset / step ----

@@ -41,7 +41,7 @@ class ActingEnv(Protocol):
     the interface, not the class, and no import runs the other way)."""
     page: Any                            # the active tab (Switch Tab sets it)
     context: Any                         # the Playwright context (its tabs)
-    watch: Any                           # browser.ContextWatch: navigations and new tabs seen so far
+    watch: Any                           # watch.ContextWatch: navigations and new tabs seen so far
     n_labels: int                        # elements numbered in the last observation
     label_frames: dict[str, list[str]]   # element id -> the iframes it lies in
     action_timeout_ms: int

@@ -4,7 +4,7 @@ Two layers. The request router (``Sandbox``, one per env: Playwright routes that
 request outside the allow-list, and count it with its resource type) and the ``SandboxProxy`` (SOCKS5, one
 listener per context): every connection of a context goes through it, and it refuses any other host:port
 before a name is resolved or a connection opened, which catches what the router never sees (redirect hops,
-workers, preconnects). Chromium resolves no name itself (``browser.LAUNCH_ARGS``); WebRTC is removed and
+workers, preconnects). Chromium resolves no name itself (``chromium.LAUNCH_ARGS``); WebRTC is removed and
 service-worker registration refused in every frame (``NO_WEBRTC_JS``, ``NO_SERVICE_WORKER_JS``); downloads
 are off. The program_html probe (webarena_rubrics.py) and the logins (webarena_helpers.py) get contexts with
 the same proxy (``new_proxied_context``).

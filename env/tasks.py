@@ -71,7 +71,7 @@ class EpisodeCrash(RuntimeError):
     A family raises it too (e.g. a WebArena site whose replicas all failed their reset)."""
 
 
-# Browser servers' endpoint tokens (``ws://host:port/TOKEN``, browser.browser_endpoints registers them): the
+# Browser servers' endpoint tokens (``ws://host:port/TOKEN``, chromium.browser_endpoints registers them): the
 # token is the only thing between a network neighbour and a program launched on the browser machine, and
 # Playwright's errors quote the whole URL. Nothing this process records or logs holds one.
 SECRETS: set[str] = set()

@@ -25,12 +25,8 @@ Loading (both rubrics read the same Task):
   reference_url / program_html URLs, of every site in `sites` whose URL variable (WA_SHOPPING, ...) is set
   (cross-site tasks start on one site and finish on another), and of $WA_EXTRA_ORIGINS (comma-separated
   URLs or host:port). Ports, not whole hosts: with the sites on 127.0.0.1, a host-wide entry let a page
-  reach every local service (a vLLM server, DeepSpeed's port).
-  The map site's page (OpenStreetMap website, :3000) calls backends on other ports, in WebArena's setup
-  (webarena-map-backend-boot-init.yaml) tiles :8080, Nominatim geocoding :8085 and OSRM routing :5000
-  (car) / :5001 (bike) / :5002 (foot), often on a separate host: list them in WA_EXTRA_ORIGINS, e.g.
-  WA_EXTRA_ORIGINS=http://mapbackend:8080,http://mapbackend:8085,http://mapbackend:5000,... (or give a Task
-  its own allowed_hosts).
+  reach every local service (a vLLM server, DeepSpeed's port). The map site's backends (tiles, geocoding,
+  routing) sit on other ports, often another host: list them in WA_EXTRA_ORIGINS (docs/webarena.md).
 - storage_state "" or null = none (97 map tasks of WebAgent-R1's training file have ""). Shapes that an
   evaluator raises on (a lone must_include string, url_note null) load and score 0 when evaluated;
   unknown keys, eval types, url_note rules and locators are load errors.

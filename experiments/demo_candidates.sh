@@ -18,13 +18,7 @@ EPISODES=${CAND_EPISODES:-20}
 VAL=${CAND_VAL:-30}
 mkdir -p "$OUT"
 
-CANDIDATES=$($PY - "$SATURATED_TASKS" <<'EOF'
-import sys
-import experts
-demo = set(sys.argv[1].split(":", 1)[1].split(","))
-print("miniwob:" + ",".join(sorted(set(experts.EXPERTS) - demo)))
-EOF
-)
+CANDIDATES=$($PY experiments/demo_candidates.py candidates "$SATURATED_TASKS")
 echo "candidates: $CANDIDATES"
 
 stage "1/3 expert demonstrations: $EPISODES per candidate"
@@ -39,20 +33,5 @@ stage "3/3 greedy success on validation pages ($VAL per task, seeds 500000..)"
 $PY eval.py --temperature 0 --model "bc=$OUT/bc/hf" --tasks "$CANDIDATES" --episodes "$VAL" --seed-start 500000 --prompt short \
   --max-new-tokens 64 --max-steps 6 --out "$OUT/val"
 
-$PY - "$OUT/val/results.json" <<'EOF' | tee "$OUT/chosen.txt"
-import json, sys
-res = json.load(open(sys.argv[1]))
-per_task = {t.split("/", 1)[1]: v["success_rate"] for t, v in res["runs"]["bc"]["tasks"].items()}
-def pick(lo, hi):
-    ok = [t for t, s in per_task.items() if lo <= s <= hi]
-    return sorted(ok, key=lambda t: (round(abs(per_task[t] - 0.45), 9), t))[:8]   # exact ties: k/30 rates
-for lo, hi in ((0.2, 0.7), (0.1, 0.8)):
-    chosen = pick(lo, hi)
-    if len(chosen) == 8:
-        break
-for t in sorted(per_task, key=lambda t: (-per_task[t], t)):
-    print(f"{t:32s} {100 * per_task[t]:5.1f}{'  <- chosen' if t in chosen else ''}")
-print(f"window [{lo:.0%}, {hi:.0%}]: {len(chosen)} chosen")
-print("miniwob:" + ",".join(chosen))
-EOF
+$PY experiments/demo_candidates.py choose "$OUT/val/results.json" | tee "$OUT/chosen.txt"
 stage "done in $(( $(date +%s) - start ))s"

@@ -1,11 +1,17 @@
 """Issue 86, item 5: each run's engine/trainer mismatch and its KL to the start over its steps, from its
-metrics.jsonl (experiments/engine_mismatch.sh prints it after the table).
+metrics.jsonl (experiments/engine_mismatch.sh prints it after the table); with ``--keep DIR ... --into FILE``,
+the per-page outcomes of the evaluations behind the table instead (every episode: run, task, page, sample,
+decoding, success, interactions), gzipped for experiments/evidence/.
 
     .venv/bin/python experiments/engine_mismatch.py runs/demo/rl runs/mismatch/bf16-none-s0 ...
+    .venv/bin/python experiments/engine_mismatch.py --into evidence.jsonl.gz --keep runs/demo/eval runs/mismatch/test/*
 """
+import gzip
 import json
 import sys
 from pathlib import Path
+
+OUTCOME_KEYS = ("run", "task", "seed", "sample", "decoding", "success", "num_steps")   # scripts/findings_table.py's
 
 
 def summary(run: Path) -> str:
@@ -19,7 +25,25 @@ def summary(run: Path) -> str:
             f"{mean('mismatch/seq_log_ratio_mean'):.3g} | {rows[-1].get('train/kl', float('nan')):.3g} |")
 
 
+def keep(dirs: list[Path], into: Path) -> None:
+    """Every episode of the evaluations in ``dirs`` (each an eval.py --out), reduced to OUTCOME_KEYS."""
+    tmp = into.with_name(into.name + ".tmp")
+    n = 0
+    with gzip.open(tmp, "wt") as f:
+        for d in dirs:
+            for line in (d / "trajectories.jsonl").read_text().splitlines():
+                r = json.loads(line)
+                f.write(json.dumps({k: r[k] for k in OUTCOME_KEYS}) + "\n")
+                n += 1
+    tmp.replace(into)
+    print(f"{n} episodes of {len(dirs)} evaluations -> {into}")
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--into"]:
+        assert sys.argv[3] == "--keep", "usage: --into FILE --keep DIR ..."
+        keep([Path(d) for d in sys.argv[4:]], Path(sys.argv[2]))
+        sys.exit(0)
     print("| run | steps | KL k1 (mean) | KL k3 (mean) | max \\|log ratio\\| | tokens outside [0.5, 2] (mean) | "
           "seq log ratio (mean) | KL to the start, last step |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from env.browser import start_browser_server, stop_browser_server  # noqa: E402
+from env.chromium import start_browser_server, stop_browser_server  # noqa: E402
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
-"""WebEnv on real MiniWoB++ pages in real Chromium: a scripted test policy reads the page (Playwright
-locators + the data-webagent-id stamps) but acts ONLY through env.step(action_string); every task listed
-must end with reward 1. Plus wrong actions, seeding, the observation format, and early stops."""
+"""WebEnv on real MiniWoB++ pages in real Chromium: a scripted policy (experts.py's demonstrators, and one test
+solver for a task they do not cover) reads the page (Playwright locators + the data-webagent-id stamps) but acts
+ONLY through env.step(action_string); every task listed must end with reward 1. Plus wrong actions, seeding, the
+observation format, and early stops."""
 import asyncio
 import dataclasses
 import random
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import env
+import experts
 from env import load_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,99 +50,7 @@ async def type_(e, selector, text):
     return await e.step(env.format_action(env.Action("Type", element=await must_label(e, selector), argument=text)))
 
 
-# ---- solvers (one per task); each returns the last StepResult ----
-
-async def solve_click_button(e, obs):
-    return await click(e, f'#area button:text-is("{quoted(obs.intent)}")')
-
-
-async def solve_click_link(e, obs):
-    return await click(e, f'#area span.alink:text-is("{quoted(obs.intent)}")')
-
-
-async def solve_click_dialog(e, obs):
-    return await click(e, "button.ui-dialog-titlebar-close")
-
-
-async def solve_focus_text(e, obs):
-    return await click(e, "#area input")
-
-
-async def solve_enter_text(e, obs):
-    r = await type_(e, "#tt", quoted(obs.intent))
-    assert not r.done and r.info["error"] is None, r.info
-    return await click(e, "#subbtn")
-
-
-async def solve_login_user(e, obs):
-    await type_(e, "#username", quoted(obs.intent, 0))
-    await type_(e, "#password", quoted(obs.intent, 1))
-    return await click(e, "#subbtn")
-
-
-async def solve_enter_password(e, obs):
-    pw = quoted(obs.intent)
-    await type_(e, "#password", pw)
-    await type_(e, "#verify", pw)
-    return await click(e, "#subbtn")
-
-
-async def solve_click_checkboxes(e, obs):
-    names = obs.intent.removeprefix("Select ").removesuffix(" and click Submit.")
-    wanted = set() if names == "nothing" else set(names.split(", "))
-    labels = await e.page.locator("#boxes label").all_inner_texts()
-    for i, text in enumerate(labels):
-        if text.strip() in wanted:
-            r = await click(e, f"#ch{i}")
-            assert r.info["error"] is None and not r.done
-    return await click(e, "#subbtn")
-
-
-async def solve_click_option(e, obs):
-    want = obs.intent.removeprefix("Select ").removesuffix(" and click Submit.")
-    texts = await e.page.locator("#boxes label").all_inner_texts()
-    i = [t.strip() for t in texts].index(want)
-    await click(e, f"#boxes label >> nth={i} >> input")
-    return await click(e, "#subbtn")
-
-
-async def solve_click_tab_2(e, obs):
-    target = quoted(obs.intent)
-    panel = await e.page.locator(f'div[id^="tabs-"]:has(span.alink:text-is("{target}"))').first.get_attribute("id")
-    if await label(e, f'#{panel} span.alink:text-is("{target}")') is None:
-        r = await click(e, f'a[href="#{panel}"]')
-        assert not r.done
-    return await click(e, f'#{panel} span.alink:text-is("{target}")')
-
-
-async def solve_navigate_tree(e, obs):
-    target = quoted(obs.intent)
-    span = f'#tree span:text-is("{target}")'
-    # expand the collapsed folders on the way down, outermost first
-    depth = await e.page.locator(span).first.evaluate(
-        "el => { let n = 0; for (let li = el.parentElement.parentElement.closest('li'); li; li = li.parentElement.closest('li')) n++; return n; }")
-    for level in range(depth, 0, -1):
-        hit = await e.page.locator(span).first.evaluate_handle(
-            f"el => {{ let li = el.closest('li'); for (let i = 0; i < {level}; i++) li = li.parentElement.closest('li'); return li.querySelector(':scope > .hitarea'); }}")
-        expandable = await hit.evaluate("h => h.classList.contains('expandable-hitarea')")
-        if expandable:
-            await hit.evaluate("h => h.setAttribute('data-test-target', '1')")
-            r = await click(e, "[data-test-target]")
-            await e.page.evaluate("document.querySelector('[data-test-target]').removeAttribute('data-test-target')")
-            assert not r.done, r.info
-    n = await label(e, span)
-    if n is None:                                  # file names are inside a labelled <li>
-        n = await must_label(e, f'#tree li:has(> span:text-is("{target}"))')
-    return await e.step(f'do(action="Click", element="{n}")')
-
-
-async def solve_choose_list(e, obs):
-    want = obs.intent.removeprefix("Select ").removesuffix(" from the list and click Submit.")
-    n = await must_label(e, "#options")
-    r = await e.step(f'do(action="Select Dropdown Option", argument="{want.upper()}", element="{n}")')  # any case
-    assert r.info["error"] is None, r.info
-    return await click(e, "#area button")
-
+# ---- solvers: experts.py's (demos.py's demonstrators), and one for a task it has none for ----
 
 async def solve_click_scroll_list(e, obs):
     names = obs.intent.removeprefix("Select ").removesuffix(" from the scroll list and click Submit.").split(", ")
@@ -151,68 +61,10 @@ async def solve_click_scroll_list(e, obs):
     return await click(e, "#area button")
 
 
-async def solve_use_autocomplete(e, obs):
-    m = re.match(r'Enter an item that starts with "([^"]+)"(?: and ends with "([^"]+)")?', obs.intent)
-    start, end = m.group(1), m.group(2) or ""
-    item = await e.page.evaluate("([s, t]) => ui_utils.COUNTRIES.find(c => c.startsWith(s) && c.endsWith(t))",
-                                 [start, end])
-    await type_(e, "#tags", start)
-    for _ in range(5):                             # the menu opens after the widget's delay: Wait for it
-        if await label(e, f'ul.ui-autocomplete li:has-text("{item}")') is not None:
-            break
-        r = await e.step('do(action="Wait")')
-        assert not r.done
-    r = await click(e, f'ul.ui-autocomplete li:has-text("{item}")')
-    assert await e.page.input_value("#tags") == item
-    return await click(e, "#subbtn")
-
-
-async def solve_search_engine(e, obs):
-    query = quoted(obs.intent)
-    pos = int(re.search(r"click the (\d+)", obs.intent).group(1)) - 1
-    r = await e.step(env.format_action(env.Action("Search", element=await must_label(e, "#search-text"),
-                                                  argument=query)))
-    r = await click(e, "#search")
-    page_no = pos // 3 + 1
-    if page_no > 1:
-        r = await click(e, f'#pagination a:text-is("{page_no}")')
-        assert not r.done
-    return await click(e, f'#page-content a[data-result="{pos}"]')
-
-
-async def solve_click_collapsible(e, obs):
-    await click(e, "#area h3")
-    for _ in range(5):                             # the section slides open: Wait until Submit is visible
-        if await label(e, "#subbtn") is not None:
-            break
-        await e.step('do(action="Wait")')
-    return await click(e, "#subbtn")
-
-
-async def solve_email_inbox_delete(e, obs):
-    sender = re.search(r"by (\S+) ", obs.intent + " ").group(1)
-    return await click(e, f'#main .email-thread:has(.email-sender:text-is("{sender}")) .trash')
-
-
-SOLVERS = {
-    "click-button": solve_click_button,
-    "click-link": solve_click_link,
-    "click-dialog": solve_click_dialog,
-    "focus-text": solve_focus_text,
-    "enter-text": solve_enter_text,
-    "login-user": solve_login_user,
-    "enter-password": solve_enter_password,
-    "click-checkboxes": solve_click_checkboxes,
-    "click-option": solve_click_option,
-    "click-tab-2": solve_click_tab_2,
-    "navigate-tree": solve_navigate_tree,
-    "choose-list": solve_choose_list,
-    "click-scroll-list": solve_click_scroll_list,
-    "use-autocomplete": solve_use_autocomplete,
-    "search-engine": solve_search_engine,
-    "click-collapsible": solve_click_collapsible,
-    "email-inbox-delete": solve_email_inbox_delete,
-}
+SOLVERS = {"click-scroll-list": solve_click_scroll_list}   # the rest: experts.solver_of
+TASKS = ["click-button", "click-link", "click-dialog", "focus-text", "enter-text", "login-user", "enter-password",
+         "click-checkboxes", "click-option", "click-tab-2", "navigate-tree", "choose-list", "click-scroll-list",
+         "use-autocomplete", "search-engine", "click-collapsible", "email-inbox-delete"]
 
 
 @pytest.fixture(scope="module")
@@ -223,28 +75,33 @@ def wenv(run, pool):
 
 
 # every task on seed 1; the multi-step ones with the most branching on a second seed too
-CASES = [(n, 1) for n in sorted(SOLVERS)] + [(n, 2) for n in ("click-tab-2", "navigate-tree", "search-engine",
-                                                              "click-checkboxes", "use-autocomplete")]
+CASES = [(n, 1) for n in sorted(TASKS)] + [(n, 2) for n in ("click-tab-2", "navigate-tree", "search-engine",
+                                                            "click-checkboxes", "use-autocomplete")]
 
 
 @pytest.mark.parametrize("name,seed", CASES)
 def test_policy_solves_task(run, wenv, name, seed):
     async def episode():
-        obs = await wenv.reset(task(name, seed))
+        t = task(name, seed)
+        obs = await wenv.reset(t)
         assert obs.intent and obs.error is None
-        res = await SOLVERS[name](wenv, obs)
-        return obs, res
-    obs, res = run(episode())
-    assert res.done and res.info["done_reason"] == "page_done", (name, seed, obs.intent, res.info)
-    assert res.reward == 1.0, (name, seed, obs.intent, res.info)
-    assert res.info["raw_reward"] >= 1 and res.info["blocked_requests"] == 0
+        if name in SOLVERS:
+            res = await SOLVERS[name](wenv, obs)
+            return obs, res.reward, res.info, None
+        demo = experts.Demo(wenv, obs, key=f"{t.task_id}/{seed}")
+        reason = await experts.run_demo(demo, experts.solver_of(t))
+        return obs, demo.reward, demo.info, reason
+    obs, reward, info, reason = run(episode())
+    assert reason is None and info["done_reason"] == "page_done", (name, seed, obs.intent, reason, info)
+    assert reward == 1.0, (name, seed, obs.intent, info)
+    assert info["raw_reward"] >= 1 and info["blocked_requests"] == 0
 
 
 def test_enough_tasks_and_multi_step():
-    assert len(SOLVERS) >= 12
+    assert len(TASKS) >= 12 and all(n in SOLVERS or n in experts.EXPERTS for n in TASKS)
     multi = {"enter-text", "login-user", "enter-password", "click-checkboxes", "click-tab-2", "navigate-tree",
              "choose-list", "use-autocomplete", "search-engine", "click-collapsible", "click-scroll-list"}
-    assert len(multi & set(SOLVERS)) >= 4
+    assert len(multi & set(TASKS)) >= 4
 
 
 # ---- wrong actions, exit, early stops ----

@@ -197,3 +197,15 @@ def test_imperfect_replay_plans_without_a_browser():
         assert wrong[2:] == [demos.Move(action=actions[2], wrong=True)]
         assert demos.wrong_element(obs, actions[2], random.Random(seed)) == env.Action("Click", element=0)
     assert detours == {0, 1, 2} and prefixes == {1, 2}
+
+
+def test_experts_py_run_as_a_program_says_it_is_not_one(tmp_path):
+    """``python experts.py --tasks ... --out f``, the command before demos.py took it over, fails and names
+    demos.py instead of exiting 0 with nothing written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = subprocess.run([sys.executable, "experts.py", "--tasks", "miniwob:click-button", "--out",
+                          str(tmp_path / "d.jsonl")], cwd=Path(__file__).resolve().parent.parent,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "demos.py" in out.stderr and not (tmp_path / "d.jsonl").exists()

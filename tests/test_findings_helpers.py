@@ -164,6 +164,14 @@ def test_plot_metrics_smoothed_and_per_task(tmp_path):
     both = trainlib.plot_metrics(path, panels, png, smooth=3)
     assert both["val/success_rate"] == ([0, 4, 8], [0.0, 0.5, 1.0])
     assert both["rollout/success_rate"][1][1] == pytest.approx(1 / 2)
+    # a validation rate with its episodes: the binomial standard error as error bars (none without the count)
+    counted = sparse + [{"step": 12, "val/success_rate": 0.75, "val/episodes": 24.0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in counted))
+    assert "val/success_rate SE" not in trainlib.plot_metrics(path, [("val/success_rate", "v", 1, "val/episodes")], png)
+    path.write_text("".join(json.dumps(r | {"val/episodes": 24.0} if "val/success_rate" in r else r) + "\n"
+                            for r in counted))
+    bars = trainlib.plot_metrics(path, [("val/success_rate", "v", 1, "val/episodes")], png)["val/success_rate SE"]
+    assert bars[0] == [0, 4, 8, 12] and bars[1] == pytest.approx([0.0, (0.25 / 24) ** 0.5, 0.0, (0.1875 / 24) ** 0.5])
 
 
 def test_per_task_success_metrics_reduce_over_ranks():

@@ -10,7 +10,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_grad_noise as noise  # noqa: E402
 import train_mgrpo  # noqa: E402
-import trainlib  # noqa: E402
+import logprobs  # noqa: E402
 from rollout import Sample, Trajectory  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def test_per_group_gradients_average_to_the_steps_eq2_gradient():
     for mode in ("grpo", "gigpo"):
         batch = train_mgrpo.mgrpo_batch(sum(groups, []), train_mgrpo.Credit(mode))
         model.zero_grad()
-        logp, _, mask = trainlib.forward_logprobs(model, batch.samples, 0, "cpu")
+        logp, _, mask = logprobs.forward_logprobs(model, batch.samples, 0, "cpu")
         loss, _ = train_mgrpo.mgrpo_loss(logp, logp.detach(), None, mask, torch.tensor(batch.adv, dtype=torch.float64),
                                          torch.tensor(batch.weight, dtype=torch.float64), beta=0.0)
         loss.backward()

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: package ``env`` (``env`` itself is its __init__.py).
 MODULES = {p.stem for p in ROOT.glob("*.py")} | {"env"} | {
     f"env.{p.stem}" for p in (ROOT / "env").glob("*.py") if p.stem != "__init__"}
-LEAVES = {"compress", "policy", "hf_backend", "vllm_backend", "trainlib", "mismatch", "env.actions", "env.tasks",
-          "env.sandbox"}
+LEAVES = {"compress", "policy", "hf_backend", "hf_kv", "vllm_backend", "trainlib", "logprobs", "mismatch",
+          "env.actions", "env.tasks", "env.sandbox"}
 SCRIPTS = {"train_bc", "train_mgrpo", "eval", "pretrain"}
 ENV_PARTS = {m for m in MODULES if m.startswith("env.")}
 
@@ -80,13 +80,15 @@ def test_no_import_cycle_and_dependencies_flow_one_way():
 
 def test_the_top_level_keeps_the_scripts_and_the_method():
     """The environment lives in env/ with its public API as explicit names (no module __getattr__); the top level
-    holds the scripts a reader runs and the modules of the method, about a dozen at most (17: the HF generation
-    engine, hf_backend.py, is a module of its own beside the loading in policy.py; an evaluation's statistics
+    holds the scripts a reader runs and the modules of the method, about a dozen at most (19: the HF generation
+    engine, hf_backend.py, is a module of its own beside the loading in policy.py, and its KV memory and
+    attention, hf_kv.py, one beside it; an evaluation's statistics
     and its report, eval_stats.py and eval_report.py, beside eval.py, which runs it; the program that writes
     demonstrations, demos.py, beside the scripted experts and their harness, experts.py; the engine/trainer
-    mismatch and its correction, mismatch.py, beside the update that uses it)."""
+    mismatch and its correction, mismatch.py, beside the update that uses it; the update's log pi(a | h),
+    logprobs.py, apart from the plumbing of trainlib.py)."""
     top = sorted(p.stem for p in ROOT.glob("*.py"))
-    assert len(top) <= 17, top
+    assert len(top) <= 19, top
     init = (ROOT / "env" / "__init__.py").read_text(encoding="utf-8")
     assert "__getattr__" not in init
 
@@ -109,7 +111,8 @@ def test_the_three_families_join_the_same_way():
 DOCUMENTED = {
     "env.tasks": "load_tasks Task TaskFamily TaskEnv register_family family_of EpisodeCrash EVAL_SEEDS RL_SEEDS",
     "env.actions": "parse_action format_action Action ActionParseError ACTION_NAMES NEEDS_ELEMENT",
-    "env.browser": "BrowserPool WebEnv Observation StepResult find_chromium start_browser_server MAX_OBS_CHARS",
+    "env.browser": "BrowserPool WebEnv Observation StepResult MAX_OBS_CHARS",
+    "env.chromium": "find_chromium start_browser_server",
     "env.sandbox": "host_entry url_allowed proxy_settings",
     "env.miniwob": "MiniWoBFamily miniwob_task MINIWOB_UNSOLVABLE",
     "env.webarena": "load_webarena_tasks WebArenaFamily",
@@ -185,23 +188,28 @@ def test_the_project_speaks_only_of_its_own_runs():
 
 
 def test_no_module_is_a_very_long_room():
-    """No module of the project over 1,000 lines; no script a reader runs (a top-level module with a
-    ``__main__``) over 650; experts.py, a flat list of small scripted solvers with their harness, <= 800 (the
-    command that runs them is demos.py)."""
+    """No module of the project over 800 lines (hf_backend.py, env/browser.py and trainlib.py were 976-1,000 before
+    issue 88 split them by job); no script a reader runs (a top-level module with a ``__main__``) over 650; and
+    every module's docstring says what it is, its departures and how to run it in <= 40 lines (the rest is
+    docs/)."""
     modules = [*ROOT.glob("*.py"), *(ROOT / "env").glob("*.py")]
     lines = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in modules}
     scripts = {p for p in ROOT.glob("*.py") if '__name__ == "__main__"' in p.read_text(encoding="utf-8")}
     assert {"train_bc.py", "train_mgrpo.py", "eval.py", "demos.py"} <= {p.name for p in scripts}
-    limit = {p: 800 if p.name == "experts.py" else 650 if p in scripts else 1000 for p in modules}
+    limit = {p: 650 if p in scripts and p.name != "experts.py" else 800 for p in modules}
     long = {str(p.relative_to(ROOT)): (n, limit[p]) for p, n in lines.items() if n > limit[p]}
     assert not long, long
+    docstrings = {p: ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")), clean=False) or "" for p in modules}
+    wordy = {str(p.relative_to(ROOT)): len(d.splitlines()) for p, d in docstrings.items() if len(d.splitlines()) > 40}
+    assert not wordy, wordy
 
 
 def test_one_mgrpo_step_reads_on_a_few_screens():
     """The budget that keeps M-GRPO's trainer readable next to the paper (as CleanRL's ppo.py is): train_mgrpo.py
     <= 650 lines (every script's limit; it had grown to 670 with seeded rollouts and ``Credit`` before the backend
     factory, the backends' ``before_update`` / ``after_update`` and ``merge_identical`` beside ``update``, which
-    issue 86 moved to trainlib beside ``context_batches`` to make room for the engine's log-probs), its
+    issue 86 moved beside ``context_batches`` to make room for the engine's log-probs), ``update`` <= 30 lines
+    and ``train()`` without a backend-specific call (issue 88), its
     ``Args`` <= 35 fields, ``mgrpo_batch``
     <= 4 parameters, ``train()`` one page (<= 70 lines, no function defined inside it); policy.py <= 700 lines (the
     generation engine is hf_backend.py); and docs/results.md, what the miniature shows, <= 250 lines (the
@@ -215,6 +223,8 @@ def test_one_mgrpo_step_reads_on_a_few_screens():
     assert len(batch.args) + len(batch.kwonlyargs) <= 4
     train = top["train"]
     assert train.end_lineno - train.lineno + 1 <= 70
+    assert top["update"].end_lineno - top["update"].lineno + 1 <= 30
+    assert "vllm_backend" not in ast.unparse(train) and "args.backend" not in ast.unparse(train)
     assert not [n for n in ast.walk(train) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                 and n is not train]
     assert len(source("policy").read_text(encoding="utf-8").splitlines()) <= 700
@@ -242,3 +252,15 @@ def test_the_walks_in_the_docs_match_the_code(walk):
     stated = f"{total} lines in {len({r[0] for r in rows})} files"
     assert stated in section.replace("\n", " ")
     assert stated in (ROOT / "docs" / "implemented.md").read_text(encoding="utf-8").replace("\n", " ")   # its layout
+
+
+def test_experiments_read_like_the_scripts():
+    """experiments/ (issue 88): no Python inside a shell script (a heredoc or a ``-`` stdin program: a .py beside
+    it instead), and every script and program there has its line in experiments/README.md."""
+    inline = [p.name for p in (ROOT / "experiments").glob("*.sh")
+              if re.search(r"\$PY\s+-\s|python3?\s+-\s|<<-?\s*'?[A-Z]+'?", p.read_text(encoding="utf-8"))]
+    assert not inline, inline
+    readme = (ROOT / "experiments" / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in (ROOT / "experiments").glob("*.*") if p.suffix in (".sh", ".py") and p.name not in readme
+               and f"{p.stem}.sh` (+ `.py`)" not in readme]
+    assert not missing, missing

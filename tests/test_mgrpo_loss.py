@@ -9,6 +9,7 @@ import torch
 
 from rollout import Sample, Trajectory
 import env as webenv
+import logprobs
 import trainlib
 from train_mgrpo import Credit, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups, step_tasks
 from vllm_backend import sync_weights
@@ -276,8 +277,8 @@ def test_linear_warmup():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied):
-    """trainlib.action_logprobs (the action tokens' rows only, the softmax in chunks) against the plain
-    definition (trainlib.token_logprobs: full-vocabulary logits everywhere): the same log-probs and entropies
+    """logprobs.action_logprobs (the action tokens' rows only, the softmax in chunks) against the plain
+    definition (logprobs.token_logprobs: full-vocabulary logits everywhere): the same log-probs and entropies
     on the masked positions, 0 elsewhere, and the same gradient of an Eq. 2-style weighted loss, in chunks of 5
     tokens (so several chunks, and one cut mid-action), with right padding and a row without actions. A batch
     without any action token gives zeros and still a gradient path through every parameter (zeros)."""
@@ -287,7 +288,7 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied)
     model = Qwen2ForCausalLM(cfg).float()
     lengths, spans = [23, 17, 9], [[(5, 9), (15, 23)], [(10, 17)], []]
-    ids, attn, mask = trainlib.pad_batch(
+    ids, attn, mask = logprobs.pad_batch(
         [torch.randint(0, 300, (n,)).tolist() for n in lengths],
         [[int(any(a <= t < b for a, b in sp)) for t in range(n)] for n, sp in zip(lengths, spans)], pad_id=0)
     weight = torch.rand(ids.shape)
@@ -297,12 +298,12 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
         logp, ent, *_ = fn()
         (-(logp * weight * mask).sum()).backward()
         return logp.detach(), ent, [p.grad.clone() for p in model.parameters()]
-    full_lp, full_ent, full_grads = run(lambda: trainlib.token_logprobs(model, ids, attn))
+    full_lp, full_ent, full_grads = run(lambda: logprobs.token_logprobs(model, ids, attn))
     with torch.no_grad():
         argmax = model(input_ids=ids, attention_mask=attn).logits[:, :-1].argmax(-1) == ids[:, 1:]
-        top1 = trainlib.action_logprobs(model, ids, attn, mask)[2]
+        top1 = logprobs.action_logprobs(model, ids, attn, mask)[2]
     assert torch.equal(top1[:, 1:].bool(), argmax & mask[:, 1:].bool())
-    lp, ent, grads = run(lambda: trainlib.action_logprobs(model, ids, attn, mask, chunk_tokens=5))
+    lp, ent, grads = run(lambda: logprobs.action_logprobs(model, ids, attn, mask, chunk_tokens=5))
     on = mask.bool()
     assert int(on.sum()) == 19
     torch.testing.assert_close(lp[on], full_lp[on], rtol=0, atol=1e-5)
@@ -311,16 +312,16 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
     for g, g_full in zip(grads, full_grads):
         torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-6)
     with torch.no_grad():                                  # the reference / old-policy path
-        no_grad_lp = trainlib.action_logprobs(model, ids, attn, mask)[0]
+        no_grad_lp = logprobs.action_logprobs(model, ids, attn, mask)[0]
         torch.testing.assert_close(no_grad_lp[on], full_lp[on], rtol=0, atol=1e-5)
-    lp, ent, grads = run(lambda: trainlib.action_logprobs(model, ids, attn, torch.zeros_like(mask)))
+    lp, ent, grads = run(lambda: logprobs.action_logprobs(model, ids, attn, torch.zeros_like(mask)))
     assert (lp == 0).all() and (ent == 0).all()
     assert all(g is not None and (g == 0).all() for g in grads) and len(grads) == len(list(model.parameters()))
 
 
 def test_packed_logprobs_equal_a_row_per_sample_and_their_gradients():
-    """trainlib.packed_logprobs (the samples of one context in one row: the context once, then each action
-    attending to it and to itself) against trainlib.forward_logprobs (a row per sample): the same log-probs and
+    """logprobs.packed_logprobs (the samples of one context in one row: the context once, then each action
+    attending to it and to itself) against logprobs.forward_logprobs (a row per sample): the same log-probs and
     entropies on every action token and the same gradient of a weighted loss, with contexts shared by 3, 2 and 1
     samples, actions of 1 to 7 tokens, a mask with a gap, and a zero-weight filler; the model sees one row per
     context, with a 4D mask where a row holds several actions and the padding's alone where none does. (A mask
@@ -330,7 +331,7 @@ def test_packed_logprobs_equal_a_row_per_sample_and_their_gradients():
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2)).float()
-    assert trainlib.shares_contexts(model)
+    assert logprobs.shares_contexts(model)
     ctx = [torch.randint(3, 300, (n,)).tolist() for n in (12, 20, 7)]
     acts = [[torch.randint(3, 300, (n,)).tolist() for n in lengths] for lengths in ((4, 1, 7), (3, 6), (5,))]
     samples = [Sample(c + a, [0] * len(c) + [1] * len(a)) for c, group in zip(ctx, acts) for a in group]
@@ -349,10 +350,10 @@ def test_packed_logprobs_equal_a_row_per_sample_and_their_gradients():
         on = mask.bool()
         return [row[m] for row, m in zip(logp.detach(), on)], [row[m] for row, m in zip(ent, on)], \
             [p.grad.clone() for p in model.parameters()]
-    rows_lp, rows_ent, rows_grads = run(lambda: trainlib.forward_logprobs(model, samples, 0, "cpu", 0.7))
-    lp, ent, grads = run(lambda: trainlib.packed_logprobs(model, samples, 0, "cpu", 0.7))
+    rows_lp, rows_ent, rows_grads = run(lambda: logprobs.forward_logprobs(model, samples, 0, "cpu", 0.7))
+    lp, ent, grads = run(lambda: logprobs.packed_logprobs(model, samples, 0, "cpu", 0.7))
     two = [samples[2], samples[0]]                                         # two contexts, one action each
-    lone = [trainlib.packed_logprobs(model, two, 0, "cpu", 0.7), trainlib.forward_logprobs(model, two, 0, "cpu", 0.7)]
+    lone = [logprobs.packed_logprobs(model, two, 0, "cpu", 0.7), logprobs.forward_logprobs(model, two, 0, "cpu", 0.7)]
     hook.remove()
     assert widths == [(7, 2), (4, 4), (2, 2), (2, 2)]   # rows: per sample, per context (4D mask), per sample twice
     for a, m, b, mb in zip(lone[0][0], lone[0][2], lone[1][0], lone[1][2]):
@@ -385,7 +386,7 @@ def test_packed_gradient_is_the_same_bits_run_after_run_on_two_threads():
         grads = []
         for _ in range(6):
             model.zero_grad()
-            logp, _, mask = trainlib.packed_logprobs(model, samples, 0, "cpu", 1.0)
+            logp, _, mask = logprobs.packed_logprobs(model, samples, 0, "cpu", 1.0)
             (-(logp * mask * weight[:, None]).sum()).backward()
             grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     finally:
@@ -397,10 +398,10 @@ def test_context_batches_keep_a_context_together():
     """The update's micro-batches: at most ``size`` samples, every sample once, a context's samples in one
     micro-batch unless they are more than ``size``, the contexts of one sample first, then shorter ones first."""
     ss = [Sample([1] * n + [2], [0] * n + [1]) for n in (5, 3, 5, 9, 3, 5, 5, 5, 5)]
-    batches = trainlib.context_batches(ss, 4)
+    batches = logprobs.context_batches(ss, 4)
     assert sorted(i for b in batches for i in b) == list(range(9)) and max(map(len, batches)) <= 4
     assert batches == [[3, 1, 4], [0, 2, 5, 6], [7, 8]]     # the lone context first; context 5's 6 split: 4 and 2
-    assert trainlib.context_batches([], 4) == []
+    assert logprobs.context_batches([], 4) == []
 
 
 # ---- pages: RL never replays a demonstration page, nor one that validates or tests it ----
@@ -445,8 +446,8 @@ def test_identical_samples_scored_once_give_the_same_loss_and_gradient(updates):
     as with every sample scored: with one update per batch (ratio 1) samples merge whatever their advantages;
     with several (ratio != 1 after the first), only samples with equal advantages merge."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from trainlib import merge_identical
-    from trainlib import forward_logprobs
+    from logprobs import merge_identical
+    from logprobs import forward_logprobs
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=1)).double()

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import hf_backend
+import hf_kv
 import policy
 import vllm_backend
 from fake_openai import ChatHandler, serve
@@ -395,7 +396,7 @@ def test_hf_backend_reuses_the_kv_of_a_shared_prefix(tiny):
 
     (full, full_stats), (reused, stats) = run(False), run(True)
     assert full_stats["prefix_hit_tokens"] == 0 and full_stats["prefill_tokens"] == len(first) + len(longer)
-    block = hf_backend._PrefixCache(0).block
+    block = hf_kv.PrefixCache(0).block
     assert stats["prefix_hit_tokens"] == len(first) // block * block
     assert stats["prefill_tokens"] == len(first) + len(longer) - stats["prefix_hit_tokens"]
     for f, r, p in zip(full, reused, (first, longer)):
@@ -407,7 +408,7 @@ def test_prefix_cache_keeps_blocks_once_and_forgets_the_least_recent():
     """Blocks of 4 tokens under chained hashes: a prompt reuses the whole blocks it shares with a cached one (up
     to the block where they part, never its own last token), a repeated block is stored once, and past
     max_tokens the least recently used blocks go."""
-    cache = hf_backend._PrefixCache(max_tokens=16, block=4)
+    cache = hf_kv.PrefixCache(max_tokens=16, block=4)
 
     def kv(prompt):            # one layer whose "keys" are the token ids, so a reused prefix is recognizable
         t = torch.tensor(prompt, dtype=torch.float32)[None, None, :, None]
@@ -618,6 +619,35 @@ def test_openai_backend_normal_reply(server, tiny):
     assert headers["Authorization"] == "Bearer sk-test"
     assert "seed" not in body and _Handler.calls[1][1]["seed"] == 7     # a request's seed goes out with it
     assert backend.stats["retries"] == 0
+
+
+def test_every_backend_reads_a_request_s_settings_the_same_way(server, tiny):
+    """One meaning of 0 and None (issue 88): None takes the backend's own setting, a value is that value, and
+    max_new_tokens 0 (or a negative temperature, a top-p outside (0, 1]) is refused with the same error on the
+    HF backend and the OpenAI-compatible one (the vLLM backend's: tests/test_vllm.py), where HF used to answer
+    it with an empty reply and the others with a full-length one."""
+    model, tok = tiny
+    msgs = [{"role": "user", "content": "hi"}]
+    hf = policy.make_backend("hf", model, tok, max_new_tokens=5, temperature=0.0, seed=0)
+    api = _openai(server, "normal", tokenizer=tok, max_new_tokens=5, temperature=0.0)
+    prompt = tok("a b")["input_ids"]
+
+    async def requests():
+        try:
+            for backend in (hf, api):
+                for bad in ({"max_new_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0}):
+                    with pytest.raises(ValueError, match="max_new_tokens >= 1"):
+                        await backend.generate(prompt, messages=msgs, **bad)
+            await api.generate(prompt, messages=msgs, max_new_tokens=2, temperature=1.0)
+            return await hf.generate(prompt, max_new_tokens=2)
+        finally:
+            await hf.aclose()
+    assert len(asyncio.run(requests()).ids) <= 2
+    assert hf_backend.request_settings(hf, None, None, 0.5) == (5, 0.0, 0.5)
+    assert [c[1]["max_tokens"] for c in _Handler.calls] == [2]             # the refused ones never went out
+    from rollout import EpisodeConfig                                      # and the flags fail when read
+    with pytest.raises(ValueError, match="--max-new-tokens must be >= 1, not 0"):
+        EpisodeConfig(max_new_tokens=0)
 
 
 def test_openai_backend_slow_reply_times_out_then_retries(server):

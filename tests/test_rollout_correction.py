@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hf_backend
-import trainlib
+import logprobs
 from rollout import Sample
 from mismatch import engine_logprobs, mismatch_stats, mismatch_sums, rollout_correction
 from train_mgrpo import mgrpo_loss
@@ -93,10 +93,10 @@ def test_engine_logprobs_are_laid_out_as_both_scorings(small_model):
     acts = [[torch.randint(3, 300, (n,)).tolist() for n in lengths] for lengths in ((4, 2), (6,))]
     samples = [Sample(c + a, [0] * len(c) + [1] * len(a)) for c, group in zip(ctx, acts) for a in group]
     with torch.no_grad():
-        lp, _, mask = trainlib.forward_logprobs(small_model, samples, 0, "cpu")
+        lp, _, mask = logprobs.forward_logprobs(small_model, samples, 0, "cpu")
     for s, row, m in zip(samples, lp, mask):
         s.logprobs = row[m.bool()].tolist()
-    for score in (trainlib.forward_logprobs, trainlib.packed_logprobs):
+    for score in (logprobs.forward_logprobs, logprobs.packed_logprobs):
         with torch.no_grad():
             logp, _, mask = score(small_model, samples, 0, "cpu")
         eng = engine_logprobs(samples, mask)
@@ -123,7 +123,7 @@ def _engine_mismatch(model, engine_dtype):
     gens = asyncio.run(go())
     samples = [Sample(p + g.ids, [0] * len(p) + [1] * len(g.ids), g.logprobs) for p, g in zip(prompts, gens)]
     with torch.no_grad():
-        logp, _, mask = trainlib.packed_logprobs(model, samples, 0, "cpu")
+        logp, _, mask = logprobs.packed_logprobs(model, samples, 0, "cpu")
     return mismatch_stats([mismatch_sums(logp, engine_logprobs(samples, mask), mask)])
 
 

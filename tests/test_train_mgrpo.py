@@ -99,7 +99,7 @@ def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
 _TEMPERATURE_SCRIPT = r"""
 import copy, json, sys
 import torch
-import mismatch, policy, trainlib, train_mgrpo
+import logprobs, mismatch, policy, trainlib, train_mgrpo
 from rollout import EpisodeConfig, Sample
 
 trainlib.init_distributed()
@@ -124,8 +124,8 @@ for T in (1.0, 0.4):
     args = train_mgrpo.Args(micro_batch=2, updates_per_batch=2, episode=EpisodeConfig(temperature=T))
     got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)   # lr 0: the policy stays put
     with torch.no_grad():
-        lp, ent, mask = trainlib.forward_logprobs(model, samples, tok.pad_token_id, "cpu", T)
-        lr = trainlib.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", T)[0]
+        lp, ent, mask = logprobs.forward_logprobs(model, samples, tok.pad_token_id, "cpu", T)
+        lr = logprobs.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", T)[0]
         d = lr - lp
         n = mask.sum()
         want = {"kl": float(((d.exp() - d - 1) * mask).sum() / n), "entropy": float((ent * mask).sum() / n)}
@@ -134,8 +134,8 @@ for T in (1.0, 0.4):
 # the engine's log-probs (the trainer's, moved by noise, as another engine's would be): the update's mismatch figures
 # and its TIS loss against the same computed here
 with torch.no_grad():
-    lp, _, mask = trainlib.forward_logprobs(model, samples, tok.pad_token_id, "cpu", 1.0)
-    lr = trainlib.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", 1.0)[0]
+    lp, _, mask = logprobs.forward_logprobs(model, samples, tok.pad_token_id, "cpu", 1.0)
+    lr = logprobs.forward_logprobs(ref, samples, tok.pad_token_id, "cpu", 1.0)[0]
 for s, row, m in zip(samples, lp, mask):
     s.logprobs = (row[m.bool()] + 0.5 * torch.randn(int(m.sum()), generator=g)).tolist()
 eng = mismatch.engine_logprobs(samples, mask)
@@ -179,7 +179,7 @@ _LORA_SCRIPT = r"""
 import asyncio, json, sys
 from pathlib import Path
 import torch
-import hf_backend, policy, trainlib, train_mgrpo
+import hf_backend, logprobs, policy, trainlib, train_mgrpo
 from rollout import Sample
 
 out_dir = Path(sys.argv[1])
@@ -210,7 +210,7 @@ async def steps():
         gens = await asyncio.gather(*(gen.generate(p) for p in prompts))
         samples = [Sample(p + g.ids, [0] * len(p) + [1] * len(g.ids)) for p, g in zip(prompts, gens)]
         with torch.no_grad():
-            lp = trainlib.forward_logprobs(engine, samples, tok.pad_token_id, "cpu")[0]
+            lp = logprobs.forward_logprobs(engine, samples, tok.pad_token_id, "cpu")[0]
         res["gap"].append(max(abs(sum(g.logprobs) - float(row.sum())) for g, row in zip(gens, lp)))
         batch = train_mgrpo.Batch(samples, adv=[1.0, -1.0], weight=[0.5, 0.5], groups=1, zero_std=[False],
                                   dropped=0)

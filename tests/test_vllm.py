@@ -146,6 +146,9 @@ def test_generate_and_logprobs_match_hf(engine, served, run):
     params = engine.sampling_params(temperature=0.7, top_p=0.9, max_new_tokens=3)
     assert (params.temperature, params.top_p, params.max_tokens, params.logprobs, params.n) == (0.7, 0.9, 3, 0, 1)
     assert params.stop_token_ids == hf_backend.end_of_turn_ids(tok)
+    assert engine.sampling_params().max_tokens == engine.max_new_tokens      # None: the backend's own
+    with pytest.raises(ValueError, match="max_new_tokens >= 1"):             # 0: refused, as on every backend
+        engine.sampling_params(max_new_tokens=0)
 
 
 def _check_push(run, backend, model, tok, *, chunk_bytes: int) -> dict:

@@ -194,7 +194,8 @@ def budget_table(runs: dict[str, Any], budgets: list[int]) -> str:
 def results_markdown(results: dict, args: EvalArgs) -> str:
     runs, columns, budgets = results["runs"], results["columns"], results["budgets"]
     pages = sorted({c["pages"] for r in runs.values() for c in r["tasks"].values()})
-    where = "held-out seeds" if args.seed_start < 0 else f"seeds {args.seed_start}.., validation pages"
+    start = webenv.EVAL_SEEDS.start if args.seed_start < 0 else args.seed_start
+    where = f"seeds {start}.., {webenv.page_set(start)} pages"
     k, label = results["samples"], results["decoding"]
     each = f", {k} samples per page ({results['noise']} noise)" if k > 1 else ""
     parts = [f"## Task success rate (%), Table 2 layout\n\nTasks `{args.env.tasks}`, {'/'.join(map(str, pages))} "

@@ -290,27 +290,18 @@ def mgrpo_batch(trajs: list[Trajectory], credit: Credit = Credit(), reduce_sum=l
     """Trajectories -> the samples, advantages and Eq. 2 weights of one update.
     - A trajectory the environment ended (``env_error``: failed reset, crash, timeout) is not the policy's
       outcome: it leaves its group's mean and std and carries no samples; a group with < 2 valid ones leaves.
-    - ``credit.zero_std="skip"``: a group whose rewards are all equal (A = 0 for all) leaves the loss, KL
-      included; ``"keep"`` keeps it for its KL term.
-    - ``credit.advantage="gigpo"``: A_ij = A_i + omega * A^S_ij (``step_advantages``); a group then carries a
-      signal when any of its advantages is non-zero (all successes in different numbers of steps do).
+    - ``credit.zero_std="skip"``: a group without a learning signal (all rewards equal: A = 0 for all) leaves
+      the loss, KL included; ``"keep"`` keeps it for its KL term.
     - Several ranks: ``reduce_sum`` adds a count over ranks, so the weights divide by the groups in the loss on
       all ranks together.
-    - ``credit.invalid_penalty``: a trajectory's reward minus this per unparsable response."""
-    if credit.invalid_penalty:
-        trajs = [dataclasses.replace(t, reward=t.reward - credit.invalid_penalty * t.parse_errors) for t in trajs]
-    gigpo = credit.advantage == "gigpo"
-    outcomes, dropped = group_outcomes(trajs)
+    The options beyond the paper enter at one place each: the invalid-action penalty in the rewards
+    (``penalized``), GiGPO in the advantages (``credit_advantages``)."""
+    outcomes, dropped = group_outcomes(penalized(trajs, credit.invalid_penalty))
     kept, no_signal = [], []
     shared = differ = 0
     for valid, equal_rewards in outcomes:
-        rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
-        adv = [[a] * len(t.samples) for t, a in zip(valid, group_advantages(rewards, len(valid)).tolist())]
-        if gigpo:
-            step_adv, n_shared, n_differ = step_advantages(valid, credit.gamma)
-            shared, differ = shared + n_shared, differ + n_differ
-            adv = [[a + credit.omega * b for a, b in zip(ai, bi)] for ai, bi in zip(adv, step_adv)]
-        silent = not any(a for ai in adv for a in ai) if gigpo else equal_rewards
+        adv, silent, (n_shared, n_differ) = credit_advantages(valid, equal_rewards, credit)
+        shared, differ = shared + n_shared, differ + n_differ
         no_signal.append(silent)
         if not (silent and credit.zero_std == "skip"):
             kept.append((valid, adv))
@@ -323,6 +314,29 @@ def mgrpo_batch(trajs: list[Trajectory], credit: Credit = Credit(), reduce_sum=l
         batch.adv += a_t
         batch.weight += w_t
     return batch
+
+
+def penalized(trajs: list[Trajectory], penalty: float) -> list[Trajectory]:
+    """The rewards the advantages see: the task's (Eq. 2), minus ``penalty`` per unparsable response
+    (``--invalid-penalty``, verl-agent's; 0: the paper's)."""
+    if not penalty:
+        return trajs
+    return [dataclasses.replace(t, reward=t.reward - penalty * t.parse_errors) for t in trajs]
+
+
+def credit_advantages(valid: list[Trajectory], equal_rewards: bool,
+                      credit: Credit) -> tuple[list[list[float]], bool, tuple[int, int]]:
+    """One group's advantage of each action of each trajectory, whether the group carries no signal, and GiGPO's
+    step groups (shared, differing). Eq. 2: A_i for every action of trajectory i, no signal when the rewards are
+    all equal. ``credit.advantage="gigpo"``: A_ij = A_i + omega A^S_ij (``step_advantages``); a group then
+    carries a signal when any advantage is non-zero (all successes in different numbers of steps do)."""
+    rewards = torch.tensor([t.reward for t in valid], dtype=torch.float32)
+    adv = [[a] * len(t.samples) for t, a in zip(valid, group_advantages(rewards, len(valid)).tolist())]
+    if credit.advantage != "gigpo":
+        return adv, equal_rewards, (0, 0)
+    step_adv, shared, differ = step_advantages(valid, credit.gamma)
+    adv = [[a + credit.omega * b for a, b in zip(ai, bi)] for ai, bi in zip(adv, step_adv)]
+    return adv, not any(a for ai in adv for a in ai), (shared, differ)
 
 
 def mgrpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
@@ -429,6 +443,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     out, started, stopped = Path(args.out), time.time(), Stop.NO
     if step:   # resumed: the engine generates with the checkpoint's weights
         await backend.load_weights(engine.module)
+        log.info("resumed: step_%d's weights loaded into the rollout engine (%s)", step, type(backend).__name__)
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     async with args.env.pool() as pool, \
             Runner(pool, args.tasks_per_step // world * args.group_size, timeout_s=args.episode.episode_timeout,

@@ -133,7 +133,7 @@ def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, de
     trainer's; on a CPU, float32: the figures are rounding). Returns (which engine, the figures)."""
     starts = [logprobs.action_start(s) for s in samples]
     name = f"hf {dtype}"
-    logprobs = None
+    engine_lp = None
     if device.type == "cuda" and importlib.util.find_spec("vllm") is not None:
         try:
             import vllm_backend
@@ -145,14 +145,14 @@ def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, de
                     return [await backend.logprobs_of(s.ids[:a], s.ids[a:]) for s, a in zip(samples, starts)]
                 finally:
                     await backend.aclose()
-            logprobs, name = asyncio.run(score()), "vllm bfloat16"
+            engine_lp, name = asyncio.run(score()), "vllm bfloat16"
         except Exception as e:   # say why, and measure the HF engine instead
             name = f"hf {dtype} (vLLM failed: {type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    if logprobs is None:
+    if engine_lp is None:
         model, _ = policy.load(str(hf_dir), device=device, dtype=dtype)
-        logprobs = [hf_backend.model_logprobs(model, s.ids[:a], s.ids[a:]) for s, a in zip(samples, starts)]
+        engine_lp = [hf_backend.model_logprobs(model, s.ids[:a], s.ids[a:]) for s, a in zip(samples, starts)]
         del model
-    scored = [Sample(s.ids, s.mask, lp) for s, lp in zip(samples, logprobs)]
+    scored = [Sample(s.ids, s.mask, lp) for s, lp in zip(samples, engine_lp)]
     sums = []
     engine.eval()
     with torch.no_grad():

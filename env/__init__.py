@@ -49,8 +49,9 @@ from .sandbox import (NO_SERVICE_WORKER_JS, NO_WEBRTC_JS, Sandbox, SandboxProxy,
                       new_proxied_context, origin_allowed, outside_hosts_re, proxy_host, proxy_settings,
                       sandbox_proxy, url_allowed)
 from .sitesuite import SuiteFamily
-from .tasks import (DEMO_SEEDS, EVAL_SEEDS, RL_SEEDS, VALID_SEEDS, EpisodeCrash, EpisodeStatus, Task, TaskEnv,
-                    TaskFamily, family_of, first_line, load_tasks, redact, register_family)
+from .tasks import (DEMO_SEEDS, EVAL_SEEDS, FINDINGS_SEEDS, PAGE_SETS, RL_SEEDS, VALID_SEEDS, EpisodeCrash,
+                    EpisodeStatus, Task, TaskEnv, TaskFamily, family_of, first_line, load_tasks, page_set, redact,
+                    register_family)
 from .watch import ContextWatch
 from .webarena import EVAL_TYPES, WebArenaFamily, load_webarena_tasks, webarena_task
 from .webarena_helpers import (LOGIN_SITES, WEBARENA_ACCOUNTS, WEBARENA_HELPERS, WEBARENA_SITES, check_login_alive,
@@ -67,7 +68,7 @@ __all__ = [  # the package's public names: every one is also env.<name>
     "MINIWOB_EXCLUDE_IDS", "MINIWOB_HOST", "MINIWOB_UNSOLVABLE", "MiniWoBFamily", "miniwob_task",
     "miniwob_task_names", "NO_SERVICE_WORKER_JS", "NO_WEBRTC_JS", "Sandbox", "SandboxProxy", "address_toward",
     "host_entry", "new_proxied_context", "origin_allowed", "outside_hosts_re", "proxy_host", "proxy_settings",
-    "sandbox_proxy", "url_allowed", "SuiteFamily", "DEMO_SEEDS", "EVAL_SEEDS", "RL_SEEDS", "VALID_SEEDS",
+    "sandbox_proxy", "url_allowed", "SuiteFamily", "DEMO_SEEDS", "EVAL_SEEDS", "FINDINGS_SEEDS", "PAGE_SETS", "RL_SEEDS", "VALID_SEEDS", "page_set",
     "EpisodeCrash", "EpisodeStatus", "Task", "TaskEnv", "TaskFamily", "family_of", "first_line", "load_tasks",
     "redact", "register_family", "EVAL_TYPES", "LOGIN_SITES", "RUBRICS", "WEBARENA_ACCOUNTS", "WEBARENA_HELPERS",
     "WEBARENA_SITES", "SitePool", "WebArenaFamily", "check_login_alive", "check_storage_state", "evaluate",

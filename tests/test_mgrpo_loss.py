@@ -414,8 +414,12 @@ def test_rl_pages_are_disjoint_from_demonstration_validation_and_test_pages():
     import demos
     tasks = _tasks(3)
     demo = demos.SPLITS["train"]
-    ranges = [demo, webenv.VALID_SEEDS, webenv.EVAL_SEEDS, webenv.RL_SEEDS]
+    ranges = [demo, webenv.VALID_SEEDS, webenv.EVAL_SEEDS, webenv.RL_SEEDS, webenv.FINDINGS_SEEDS]
     assert all(a.stop <= b.start or b.stop <= a.start for i, a in enumerate(ranges) for b in ranges[i + 1:])
+    assert set(webenv.PAGE_SETS.values()) == set(ranges[1:]) | {webenv.DEMO_SEEDS} and demo == webenv.DEMO_SEEDS
+    assert [webenv.page_set(s) for s in (0, 100_000, 500_000, 1_000_049, 2_000_000, 3_000_000)] == [
+        "demonstration", "RL", "validation", "held-out (development test set)", "held-out (fresh, the findings')",
+        "outside the ranges"]
     assert webenv.VALID_SEEDS.start == 500_000 and webenv.VALID_SEEDS.stop == webenv.EVAL_SEEDS.start
     for seed, cursor in [(0, 0), (1, 37), (123_456, 10**9), (7, len(webenv.RL_SEEDS) - 2)]:
         pages = [t.seed for t in step_tasks(tasks, cursor, 64, seed)]

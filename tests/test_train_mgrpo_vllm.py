@@ -81,7 +81,8 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     last = steps[-1]
     _, started = _trainer_until_step([*cmd, "--resume"], tmp_path / "resumed.txt", out, last,
                                      lambda proc: os.kill(proc.pid, signal.SIGKILL))   # the trainer alone
-    assert f"pushed step_{last}'s weights into the vLLM engine" in (tmp_path / "resumed.txt").read_text()
+    resumed = (tmp_path / "resumed.txt").read_text()
+    assert f"step_{last}'s weights loaded into the rollout engine (VLLMBackend)" in resumed
     rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
     assert [r["step"] for r in rows][:last + 1] == list(range(1, last + 2))
     assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows

@@ -28,11 +28,9 @@ for need in "$OUT/cot/bc/hf/config.json" "$SET/cot-bc/results.json" "$SET/cot-rl
   [ -s "$need" ] || { echo "missing $need: run FINDINGS=cot make demo-findings (FINDINGS_OUT=$OUT) first" >&2; exit 2; }
 done
 
-# the stage's seed_train flags (scripts/demo_findings.sh: RL_DEMO_FLAGS, RL_LOG_FLAGS, IN_PLACE), the penalty at 0
+# the stage's seeds' recipe (scripts/demo_common.sh's seeded_rl), the penalty at 0
 [ -s "$OUT/cot$NEW/$RUN/hf/config.json" ] || { stage "M-GRPO from CoT BC, seed 0, --invalid-penalty 0"
-  # shellcheck disable=SC2086  # the flags split into words
-  rl "$OUT/cot/bc/hf" "$OUT/cot$NEW/$RUN" "$RL_DEMO_STEPS" "$NEW" $RL_DEMO_FLAGS $IN_PLACE --invalid-penalty 0 \
-    --seed 0 --save-every 4 --resume; }
+  seeded_rl "$OUT/cot/bc/hf" "$OUT/cot$NEW/$RUN" "$RL_DEMO_STEPS" "$NEW" 0 --invalid-penalty 0; }
 paper_eval "$SET/$RUN" "$RUN=$OUT/cot$NEW/$RUN/hf" "$TEST"
 stage "one table: cot-bc, cot-rl-s0 and $RUN at $NEW tokens (held-out pages, paired)"
 paper_table "$SET/cot-bc,$SET/cot-rl-s0,$SET/$RUN" "$OUT/cot-penalty$NEW" "$TEST"

@@ -35,9 +35,8 @@ for seed in $SEEDS; do
     if [ "$arm$seed" = f320 ]; then runs="$runs $DEMO/rl"; continue; fi        # make demo's RL is f32 seed 0
     run=$arm-s$seed
     [ -s "$OUT/$run/hf/config.json" ] || { stage "M-GRPO from make demo's BC: $run (${ARM[$arm]})"
-      # shellcheck disable=SC2086  # the flags split into words
-      rl "$DEMO/bc/hf" "$OUT/$run" "$RL_DEMO_STEPS" "$NEW" $RL_DEMO_FLAGS $RL_LOG_FLAGS $IN_PLACE --seed "$seed" \
-        --save-every 8 --resume ${ARM[$arm]}; }
+      # shellcheck disable=SC2086  # the arm's flags split into words
+      seeded_rl "$DEMO/bc/hf" "$OUT/$run" "$RL_DEMO_STEPS" "$NEW" "$seed" ${ARM[$arm]}; }   # (until 9523ea1: --save-every 8)
     paper_eval "$OUT/test/$run" "$run=$OUT/$run/hf" "$TEST"
     reuse="$reuse,$OUT/test/$run"; runs="$runs $OUT/$run"
   done

@@ -62,6 +62,15 @@ rl() {
     --lr 1e-4 --beta 0.001 --max-turns "$TURNS" --max-new-tokens "$4" --prompt short --save-every 0 $RL_OPTIM "${@:5}"
 }
 
+# seeded_rl INIT OUT STEPS NEW SEED [FLAGS...]: make demo's M-GRPO recipe (rl with RL_DEMO_FLAGS, the adopted
+# RL_LOG_FLAGS and IN_PLACE, or $RL_FLAGS where a script sets its own) from INIT with --seed SEED into OUT,
+# checkpointed every 4 steps and resumed from its last checkpoint (a stage spans sittings; a resumed run equals the
+# uninterrupted one); FLAGS win (e.g. --invalid-penalty 0). The findings' seeds and the experiments call it.
+seeded_rl() {
+  # shellcheck disable=SC2086  # the flag sets split into words
+  rl "$1" "$2" "$3" "$4" ${RL_FLAGS:-$RL_DEMO_FLAGS $RL_LOG_FLAGS $IN_PLACE} --seed "$5" --save-every 4 --resume "${@:6}"
+}
+
 # suite_rl INIT OUT [FLAGS...]: make demo-suite's M-GRPO on stop-newsletter with mixed starts (even seeds logged
 # in, odd logged out), $RL_STEPS steps of $B groups x G=$G, <= $TURNS interactions of <= $NEW tokens, rollouts
 # at temperature $RL_TEMP (FLAGS win over these, e.g. --seed 1)

@@ -81,7 +81,7 @@ fi
 seed_train() {
   [ -s "$OUT/$2-s$3/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $3 ${*:4}"
     # shellcheck disable=SC2086  # the flags split into words
-    rl "$1" "$OUT/$2-s$3" "$RL_STEPS" "$NEW" $RL_FLAGS --seed "$3" --save-every 4 --resume "${@:4}"; }
+    seeded_rl "$1" "$OUT/$2-s$3" "$RL_STEPS" "$NEW" "$3" "${@:4}"; }
 }
 seed_run() {
   seed_train "$@"

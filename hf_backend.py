@@ -416,10 +416,11 @@ class HFBackend:
         only with no request in flight (the trainer's update runs then)."""
         if not self.copied:
             return
-        for (name, mine), (other, theirs) in zip(self.model.named_parameters(), module.named_parameters(),
-                                                 strict=True):
-            assert other.endswith(name), (name, other)
-            mine.copy_(theirs)
+        with torch.no_grad():   # (the trainer calls it in grad mode; the copy's parameters are leaves)
+            for (name, mine), (other, theirs) in zip(self.model.named_parameters(), module.named_parameters(),
+                                                     strict=True):
+                assert other.endswith(name), (name, other)
+                mine.copy_(theirs)
 
     async def logprobs_of(self, prompt_ids: Sequence[int], target_ids: Sequence[int]) -> list[float]:
         """``model_logprobs`` in a worker thread (the probe used after a weight push)."""

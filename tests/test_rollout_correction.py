@@ -137,6 +137,29 @@ def test_a_bf16_engine_makes_the_mismatch_real_and_the_float32_engine_has_none(s
     assert bf16["mismatch/max_abs_log_ratio"] > 1e-3 and bf16["mismatch/kl_k3"] > 0
 
 
+def test_the_bf16_engine_takes_the_trainer_s_weights_after_an_update(small_model):
+    """The trainer calls ``after_update`` in grad mode, with its parameters and the copy's leaves that require
+    grad: the bf16 copy takes the new weights (as the float64 copy does) instead of raising, as it did in make
+    demo's bf16 arm at its first step."""
+    import copy
+    model = copy.deepcopy(small_model)
+    tok = types.SimpleNamespace(pad_token_id=0, decode=lambda ids, **kw: " ".join(map(str, ids)))
+    backend = hf_backend.HFBackend(model, tok, max_new_tokens=4, stop_ids=[], engine_dtype=torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)                                                   # an "update"
+
+    async def sync():
+        try:
+            return await backend.after_update(model), [p.detach().clone() for p in backend.model.parameters()]
+        finally:
+            await backend.aclose()
+    stats, copied = asyncio.run(sync())
+    assert stats == {} and len(copied) == len(list(model.parameters()))
+    for mine, theirs in zip(copied, model.parameters(), strict=True):
+        assert mine.dtype == torch.bfloat16 and torch.equal(mine, theirs.detach().to(torch.bfloat16))
+
+
 def test_bad_settings_fail_at_start_with_the_flag_named():
     """An unknown dtype, or a correction where the engine's log-probs are not the sampling distribution's (T or
     top-p not 1), is refused before anything runs; auto resolves to tis for vLLM and none for hf."""

@@ -198,10 +198,11 @@ def micro_batches(samples: list, adv: list[float], weight: list[float], size: in
     micro-batches (under ZeRO-3 each forward gathers the parameters collectively), a rank with fewer adding
     fillers of weight 0, and the weights are multiplied by the world size (DeepSpeed averages the ranks'
     gradients; Eq. 2 adds them)."""
-    index = [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
     if merge:
         samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=same_advantage)
         index = context_batches(samples, size)
+    else:
+        index = [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
     index += [[]] * (trainlib.all_reduce_max(len(index)) - len(index))
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     filler = _Filler([pad_id, pad_id], [0, 0], [])

@@ -80,12 +80,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
 fi
 
 # Chromium: Playwright's own if installed, else a system one, else Debian's package when root.
-if "$PY" - <<'PYEOF' 2>/dev/null; then
-import os, sys
-from playwright.sync_api import sync_playwright
-with sync_playwright() as p:
-    sys.exit(0 if os.path.exists(p.chromium.executable_path) else 1)
-PYEOF
+if "$PY" scripts/bundled_chromium.py 2>/dev/null; then
   echo "setup: using Playwright's bundled Chromium"
 elif command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || command -v chromium-browser >/dev/null 2>&1; then
   echo "setup: using system Chromium $(command -v chromium || command -v chromium-browser)"

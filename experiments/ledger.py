@@ -1,0 +1,304 @@
+"""Issue 87: every number the findings print that has per-page outcomes behind it, re-derived from the committed
+evidence alone (``experiments/evidence/*_outcomes.jsonl.gz``: run, task, page, sample, decoding, success,
+interactions), and checked against the text of README.md and docs/.
+
+Each claim computes its numbers (success rates, SEs clustered by page, paired differences, means over seeds with
+their 95% t-interval: eval_stats.py's) and writes them the way its doc does; ``--check`` exits 1 naming every claim
+whose text the doc does not hold (a number edited by hand, or evidence that changed). Docs are compared with their
+whitespace and bold marks collapsed, so a claim may span a line break. The findings without committed per-page
+outcomes are listed at the end as such (docs/results.md marks them). tests/test_ledger.py runs the check.
+
+    .venv/bin/python experiments/ledger.py            # every claim, its numbers and where it is written
+    .venv/bin/python experiments/ledger.py --check    # exit 1 unless every doc holds its claims
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from eval_stats import across_seeds, page_values, paired, stderr  # noqa: E402
+
+EVIDENCE = ROOT / "experiments" / "evidence"
+T1, GREEDY = "T = 1", "greedy"
+
+
+class Claim(NamedTuple):
+    name: str      # what it says
+    doc: str       # where, relative to the repository root
+    text: str      # the text that doc must hold, numbers included
+
+
+class Outcomes:
+    """One evaluation set's episodes by run; rates and differences in points."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.by_run: dict[str, list[dict]] = collections.defaultdict(list)
+        for r in rows:
+            self.by_run[r["run"]].append(r)
+
+    def episodes(self, run: str, decoding: str) -> list[dict]:
+        if run not in self.by_run:
+            raise KeyError(f"no run {run!r} in this evidence (it has {sorted(self.by_run)})")
+        return [r for r in self.by_run[run] if r["decoding"] == decoding]
+
+    def rate(self, run: str, decoding: str = T1, k: int | None = None) -> tuple[float, float]:
+        """(success rate, or pass@k, and its SE clustered by page), in points."""
+        recs = self.episodes(run, decoding)
+        pages = page_values(recs, k)
+        return 100 * sum(pages.values()) / len(pages), 100 * stderr(recs, k)
+
+    def task_rates(self, run: str, decoding: str = T1) -> dict[str, float]:
+        by_task = collections.defaultdict(list)
+        for r in self.episodes(run, decoding):
+            by_task[r["task"].split("/")[-1]].append(r["success"])
+        return {t: 100 * sum(v) / len(v) for t, v in by_task.items()}
+
+    def diff(self, a: str, b: str, decoding: str = T1, k: int | None = None) -> tuple[float, float]:
+        """a - b paired by page: (difference, its SE), in points."""
+        d = paired(self.episodes(a, decoding) + self.episodes(b, decoding), [b, a], k)[f"{a} - {b}"]
+        return 100 * d["diff"], 100 * d["stderr"]
+
+    def interactions(self, run: str, decoding: str = T1) -> float:
+        recs = self.episodes(run, decoding)
+        return sum(r["num_steps"] for r in recs) / len(recs)
+
+
+def load(name: str) -> dict[str, Outcomes]:
+    """An evidence file's evaluation sets (its rows' "set", "test" where they name none); a first row that holds
+    no episode (the settings) is skipped."""
+    sets: dict[str, list[dict]] = collections.defaultdict(list)
+    with gzip.open(EVIDENCE / name, "rt") as f:
+        for line in f:
+            row = json.loads(line)
+            if "run" in row:
+                sets[row.pop("set", "test")].append(row)
+    return {s: Outcomes(rows) for s, rows in sets.items()}
+
+
+def load_json(name: str) -> Outcomes:
+    """An issue-57 evidence file (quality_evidence.py's): each run's outcomes keyed "task/page|decoding|sample"."""
+    rows = []
+    for run, r in json.loads((EVIDENCE / name).read_text())["runs"].items():
+        for key, success in r["outcomes"].items():
+            page, decoding, sample = key.split("|")
+            task, seed = page.rsplit("/", 1)
+            rows.append({"run": run, "task": task, "seed": int(seed), "sample": int(sample), "decoding": decoding,
+                         "success": bool(success)})
+    return Outcomes(rows)
+
+
+def pm(x: tuple[float, float]) -> str:
+    """"+8.2 +- 1.7"."""
+    return f"{x[0]:+.1f} +- {x[1]:.1f}"
+
+
+def seeds(values: list[float]) -> str:
+    return ", ".join(f"{v:+.1f}" for v in values)
+
+
+def interval(values: list[float]) -> str:
+    """"+7.3 [95%: +3.9, +10.6]": the mean over seeds with its t-interval."""
+    m, _, h = across_seeds(values)
+    return f"{m:+.1f} [95%: {m - h:+.1f}, {m + h:+.1f}]"
+
+
+# ---- the claims, by the evidence they rest on ----
+
+def make_demo(ev: Outcomes) -> Iterator[Claim]:
+    """make demo's table (ee814c1, 2026-11-30; the same weights at 7e6ee60, whose evaluation is kept):
+    README.md's and docs/results.md's, and the README's reading of it."""
+    labels = {"base": "base (pretrained, no BC)", "bc": "BC on the demonstrator's log",
+              "rl": "BC + M-GRPO (2,048 trajectories, seed 0)"}
+    short = {"base": "base", "bc": "BC on the log", "rl": "BC + M-GRPO"}
+    for run, label in labels.items():
+        tasks = " | ".join(f"{v:.1f}" for v in ev.task_rates(run).values())
+        (t1, se), (p2, _), (g, gse) = ev.rate(run), ev.rate(run, k=2), ev.rate(run, GREEDY)
+        yield Claim(f"make demo, {run}, README", "README.md",
+                    f"| {label} | {tasks} | {t1:.1f} | {se:.1f} | {p2:.1f} | {g:.1f} | {gse:.1f} |")
+        (_, p2se) = ev.rate(run, k=2)
+        yield Claim(f"make demo, {run}, results", "docs/results.md",
+                    f"| {short[run]} | {t1:.1f} | {se:.1f} | {p2:.1f} | {p2se:.1f} | {g:.1f} | {gse:.1f} | "
+                    f"{ev.interactions(run):.2f} |")
+    for a, b, label in (("bc", "base", "BC - base"), ("rl", "bc", "RL - BC")):
+        d, p, g = ev.diff(a, b), ev.diff(a, b, k=2), ev.diff(a, b, GREEDY)
+        yield Claim(f"make demo, {label}", "docs/results.md",
+                    f"{label} (paired, 400 pages) | {d[0]:+.1f} | {d[1]:.1f} | {p[0]:+.1f} | {p[1]:.1f} | "
+                    f"{g[0]:+.1f} | {g[1]:.1f} |")
+    d, p, g = ev.diff("rl", "bc"), ev.diff("rl", "bc", k=2), ev.diff("rl", "bc", GREEDY)
+    yield Claim("make demo, RL - BC, README", "README.md",
+                f"RL - BC, paired over 400 pages | | | | | | | | | {d[0]:+.1f} | {d[1]:.1f} | {p[0]:+.1f} ({p[1]:.1f}) | "
+                f"{g[0]:+.1f} | {g[1]:.1f} |")
+    yield Claim("make demo's reading", "README.md",
+                f"{pm(ev.diff('bc', 'base'))} and {pm(d)} points at T = 1 ({d[0] / d[1]:.1f} SE")
+    yield Claim("make demo's reading", "docs/results.md",
+                f"BC on flawed data lifts the base ({pm(ev.diff('bc', 'base'))} at T = 1")
+    yield Claim("make demo's reading, RL", "docs/results.md",
+                f"M-GRPO lifts that BC by {pm(d)} at T = 1 ({d[0] / d[1]:.1f} SE), {pm(g)} greedy")
+    (b, _), (bc, _), bcg = ev.rate("base"), ev.rate("bc"), ev.diff("bc", "base", GREEDY)
+    yield Claim("BC lifts the base", "docs/results.md",
+                f"on the log {b:.1f} -> {bc:.1f} at T = 1, {pm(ev.diff('bc', 'base'))} (greedy {pm(bcg)})")
+    rates = {run: ev.task_rates(run) for run in ("base", "bc", "rl")}
+    per_task = ", ".join(f"{t} " + " / ".join(f"{rates[r][t]:.0f}" for r in rates) for t in rates["base"])
+    yield Claim("make demo, per task", "docs/results.md", f"Per task at T = 1 (base / BC / RL): {per_task}.")
+
+
+def engine_mismatch(ev: Outcomes) -> Iterator[Claim]:
+    """Issue 86, item 5: each arm against make demo's float32 run, paired by page."""
+    rows = {"float32 engine (make demo's)": "rl", "bf16 engine, no correction": "bf16-none-s0"}
+    for label, run in rows.items():
+        (t1, _), (g, _) = ev.rate(run), ev.rate(run, GREEDY)
+        vs = "" if run == "rl" else f" {pm(ev.diff(run, 'rl'))} |"
+        vs_g = "" if run == "rl" else f" {pm(ev.diff(run, 'rl', GREEDY))} |"
+        yield Claim(f"engine mismatch, {run}", "docs/training.md",
+                    f"| {label} | {t1:.1f} |{vs or ' |'} {g:.1f} |{vs_g or ' |'}")
+
+
+def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
+    """docs/results.md's findings table, the rows whose episodes issue 70 kept (its 2026-11-30 run)."""
+    test = ev["test"]
+    ref = {dec: [test.diff(f"rl-s{s}", "bc", dec)[0] for s in range(3)] for dec in (T1, GREEDY)}
+    yield Claim("RL lifts BC, seeds 0-2", "docs/results.md",
+                f"on the log, seeds 0-2: {seeds(ref[T1])} at T = 1 (mean {interval(ref[T1])}; greedy {seeds(ref[GREEDY])}")
+    yield Claim("RL lifts BC, seeds 0-2, README", "README.md", f"against {seeds(ref[T1])} at 192")
+    # the thinking format: <think> against the bare action
+    bc = test.diff("bc", "plain-bc")
+    rl = {dec: [test.diff(f"rl-s{s}", f"plain-rl-s{s}", dec)[0] for s in range(3)] for dec in (T1, GREEDY)}
+    inter = [test.interactions(r) for r in ("bc", "plain-bc", *(f"{p}rl-s{s}" for p in ("", "plain-") for s in range(3)))]
+    yield Claim("thinking format", "docs/results.md",
+                f"BC - plain BC {pm(bc)} at T = 1; RL - plain RL by seed {seeds(rl[T1])} (mean {interval(rl[T1])}; "
+                f"greedy {seeds(rl[GREEDY])}); interactions {min(inter):.1f}-{max(inter):.1f} in every row")
+    m, _, h = across_seeds(rl[T1])
+    yield Claim("thinking format, README", "README.md", f"({m:+.1f}, interval {m - h:+.1f} to {m + h:+.1f}")
+    # R1-CoT at 320 and 192 new tokens a turn
+    at320, at192 = ev["test320"], ev["test192"]
+    start, start_g = at320.diff("cot-bc", "bc"), at320.diff("cot-bc", "bc", GREEDY)
+    yield Claim("R1-CoT starts lower, 320", "docs/results.md",
+                f"CoT BC {at320.rate('cot-bc')[0]:.1f} against BC {at320.rate('bc')[0]:.1f} at T = 1, {pm(start)} "
+                f"(greedy {at320.rate('cot-bc', GREEDY)[0]:.1f} vs {at320.rate('bc', GREEDY)[0]:.1f}, {pm(start_g)}) "
+                "at 320 new tokens a turn")
+    yield Claim("R1-CoT starts lower, 192", "docs/results.md",
+                f"{at192.rate('cot-bc')[0]:.1f}, {pm(at192.diff('cot-bc', 'bc'))}. Neither the budget "
+                f"({start[0] - at192.diff('cot-bc', 'bc')[0]:+.1f}) nor twice the BC steps "
+                f"(600: {pm(at192.diff('cot-bc600', 'cot-bc'))} at 192")
+    yield Claim("R1-CoT, 600 steps", "docs/results.md", f"still {pm(at192.diff('cot-bc600', 'bc'))})")
+    yield Claim("R1-CoT, README", "README.md",
+                f"({at320.rate('cot-bc')[0]:.1f} against {at320.rate('bc')[0]:.1f} with every demonstration's length")
+    for tokens, at in ((192, at192), (320, at320)):
+        gain = {dec: [at.diff(f"cot-rl-s{s}", "cot-bc", dec)[0] for s in range(3)] for dec in (T1, GREEDY)}
+        less = {dec: [g - r for g, r in zip(gain[dec], ref[dec])] for dec in (T1, GREEDY)}
+        if tokens == 192:
+            yield Claim("R1-CoT RL, 192", "docs/results.md",
+                        f"CoT RL - CoT BC {seeds(gain[T1])} (greedy {seeds(gain[GREEDY])}) against RL - BC "
+                        f"{seeds(ref[T1])}: less in every seed (mean {interval(less[T1])}")
+            yield Claim("R1-CoT RL, 192, README", "README.md", f"({seeds(gain[T1])} against {seeds(ref[T1])} at 192")
+        else:
+            m, _, h = across_seeds(gain[T1])
+            yield Claim("R1-CoT RL, 320", "docs/results.md",
+                        f"at 320, seeds 0-2: {seeds(gain[T1])} (greedy {seeds(gain[GREEDY])}) against "
+                        f"{seeds(ref[T1])}: minus {seeds(less[T1])}, mean {interval(less[T1])}")
+            yield Claim("R1-CoT RL gains nothing, 320", "docs/results.md",
+                        f"(mean {m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]; greedy minus "
+                        f"{interval(less[GREEDY]).replace('95%: ', '')})")
+            m, _, h = across_seeds(less[T1])
+            yield Claim("R1-CoT RL, 320, README", "README.md",
+                        f"at 320, {seeds(gain[T1])}, less by {m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]")
+            yield Claim("R1-CoT without the penalty", "docs/results.md",
+                        f"({pm(at.diff('cot-rl-s0-nopenalty', 'cot-rl-s0'))} against the penalty)")
+
+
+def quality(ev: Outcomes) -> Iterator[Claim]:
+    """Issue 57's held-out table: BC on a demonstrator's mistakes or detours, and M-GRPO from it (docs/results.md)."""
+    def cells(run: str, vs: str | None) -> str:
+        (t1, se), (g, _) = ev.rate(run), ev.rate(run, GREEDY)
+        return f"| {t1:.1f} | {se:.1f} | {pm(ev.diff(run, vs)) if vs else ''}"
+    yield Claim("quality, clean BC", "docs/results.md", f"| BC on clean demonstrations {cells('clean', None)} | "
+                f"{ev.rate('clean', GREEDY)[0]:.1f} |")
+    for run, label in (("mistakes50", "BC on `--mistakes 0.5`, failures cloned"),
+                       ("detours50", "BC on `--detours 0.5` (66 of 68 detoured episodes succeed)")):
+        yield Claim(f"quality, {run}", "docs/results.md",
+                    f"| {label} {cells(run, 'clean')} vs clean | {ev.rate(run, GREEDY)[0]:.1f} |")
+    yield Claim("quality, filtered BC", "docs/results.md",
+                f"| BC on the same filtered to successes (109 of 160) {cells('mistakes50-f', 'mistakes50')} | "
+                f"{ev.rate('mistakes50-f', GREEDY)[0]:.1f} |")
+    for bc in ("mistakes50", "detours50"):
+        rl = [f"{bc}-rl-s{s}" for s in (0, 1)]
+        yield Claim(f"quality, M-GRPO from {bc}", "docs/results.md",
+                    " / ".join(f"{ev.rate(r)[0]:.1f}" for r in rl) + f" | {ev.rate(rl[0])[1]:.1f} | "
+                    + " / ".join(pm(ev.diff(r, bc)) for r in rl) + " | "
+                    + " / ".join(f"{ev.rate(r, GREEDY)[0]:.1f}" for r in rl) + " |")
+
+
+def exchange(ev: Outcomes) -> Iterator[Claim]:
+    """Issue 57, item 3: BC on more clean demonstrations against M-GRPO's trajectories (docs/results.md)."""
+    yield Claim("exchange, BC on 20", "docs/results.md",
+                f"| {ev.rate('n20')[0]:.1f} | {ev.rate('n20')[1]:.1f} | | {ev.rate('n20', GREEDY)[0]:.1f} |")
+    for n in (40, 80, 160):
+        (t1, se), (g, _) = ev.rate(f"n{n}"), ev.rate(f"n{n}", GREEDY)
+        yield Claim(f"exchange, BC on {n}", "docs/results.md",
+                    f"| {t1:.1f} | {se:.1f} | {pm(ev.diff(f'n{n}', 'n20'))} | {g:.1f} |")
+    for budget in (2048, 4096, 8192):
+        rl = [f"rl-s{s}-{budget}" for s in (0, 1)]
+        yield Claim(f"exchange, M-GRPO at {budget}", "docs/results.md",
+                    " / ".join(f"{ev.rate(r)[0]:.1f}" for r in rl) + f" | {ev.rate(rl[0])[1]:.1f} | "
+                    + " / ".join(pm(ev.diff(r, "n20")) for r in rl) + " | "
+                    + " / ".join(f"{ev.rate(r, GREEDY)[0]:.1f}" for r in rl) + " |")
+    yield Claim("exchange, the seeds part early", "docs/results.md",
+                f"(seed 1 - seed 0: {pm(ev.diff('rl-s1-2048', 'rl-s0-2048'))} at 1x, "
+                f"{pm(ev.diff('rl-s1-8192', 'rl-s0-8192'))} at 4x)")
+    yield Claim("exchange, 160 over 80", "docs/results.md",
+                f"BC on 160 per task adds {pm(ev.diff('n160', 'n80'))} over 80 (paired)")
+
+
+def claims() -> list[Claim]:
+    issue70, issue86 = load("issue70_outcomes.jsonl.gz"), load("issue86_engine_mismatch_outcomes.jsonl.gz")
+    return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"]), *findings(issue70),
+            *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json"))]
+
+
+#: Findings written in the docs whose per-page outcomes were not kept: not re-derivable from evidence/ until
+#: issue 87's runs replace them (docs/results.md marks each).
+NOT_KEPT = ("the recipe's five held-out seeds and the filtered BC (2026-11-29)", "R1-Zero (2026-11-30)",
+            "more interactions at test time (2026-11-30)", "the log-in rows' held-out evaluations (2026-11-30)",
+            "make demo on clean demonstrations (2026-11-28)")
+
+
+def flat(text: str) -> str:
+    """Whitespace runs as one space, bold marks gone: how a claim is looked up in its doc."""
+    return re.sub(r"\s+", " ", text.replace("**", ""))
+
+
+def check(root: Path = ROOT) -> list[tuple[Claim, bool]]:
+    """Every claim, and whether its doc (under ``root``) holds its text."""
+    docs: dict[str, str] = {}
+    out = []
+    for c in claims():
+        doc = docs.setdefault(c.doc, flat((root / c.doc).read_text(encoding="utf-8")))
+        out.append((c, flat(c.text) in doc))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 unless every doc holds its claims")
+    args = ap.parse_args()
+    results = check()
+    for c, found in results:
+        print(f"{'ok ' if found else 'NOT'} {c.doc}: {c.name}: {c.text}")
+    print("\nNo per-page outcomes committed (not re-derived): " + "; ".join(NOT_KEPT))
+    missing = [c for c, found in results if not found]
+    if args.check and missing:
+        print(f"\n{len(missing)} claim(s) not written as the evidence gives them: "
+              + "; ".join(f"{c.name} ({c.doc})" for c in missing))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

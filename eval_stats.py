@@ -11,6 +11,8 @@ What it implements
 - ``summarize``: results.json's "runs" (per task, per column, overall; SR within each interaction budget).
 - ``across_seeds``: a difference measured in several training seeds, its mean with a 95% t-interval from the
   seeds' spread (the seed, not the page, is then the unit).
+- ``write_outcomes``, ``read_outcomes``: the per-page outcomes a number rests on (``OUTCOME_KEYS``), kept as
+  gzipped JSON lines in experiments/evidence/ and read back there by experiments/ledger.py.
 
 How to run
     .venv/bin/python -m pytest -q tests/test_eval.py -k "pass_at or stderr or paired"
@@ -18,8 +20,11 @@ How to run
 from __future__ import annotations
 
 import collections
+import gzip
+import json
 import math
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from rollout import action_timed_out
 
@@ -131,3 +136,33 @@ def summarize(records: list[dict], budgets: list[int]) -> dict[str, Any]:
                      "budgets": {str(k): sum(solved_within(r, k) for r in recs) / len(recs) for k in budgets},
                      "done_reasons": dict(done)}
     return runs
+
+
+#: An episode's outcome as experiments/evidence/ keeps it: what a success rate, pass@k, a paired difference or the
+#: interactions need (a row may carry "set" besides: which evaluation of several it belongs to).
+OUTCOME_KEYS = ("run", "task", "seed", "sample", "decoding", "success", "num_steps")
+
+
+def write_outcomes(path: Path, episodes: Iterable[dict], header: dict | None = None) -> int:
+    """Write ``episodes`` reduced to OUTCOME_KEYS (and "set" where one has it) as gzipped JSON lines, ``header``
+    (settings) as the first line when given; atomically (a temporary file renamed: the path read back may be the
+    one written). Returns the number of episodes."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with gzip.open(tmp, "wt") as f:
+        if header is not None:
+            f.write(json.dumps(header) + "\n")
+        for r in episodes:
+            f.write(json.dumps({**({"set": r["set"]} if "set" in r else {}), **{k: r[k] for k in OUTCOME_KEYS}}) + "\n")
+            n += 1
+    tmp.replace(path)
+    return n
+
+
+def read_outcomes(path: Path) -> tuple[dict | None, list[dict]]:
+    """(the header, or None, and the episodes) of a ``write_outcomes`` file."""
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f]
+    header = rows.pop(0) if rows and "run" not in rows[0] else None
+    return header, rows

@@ -6,12 +6,12 @@ decoding, success, interactions), gzipped for experiments/evidence/.
     .venv/bin/python experiments/engine_mismatch.py runs/demo/rl runs/mismatch/bf16-none-s0 ...
     .venv/bin/python experiments/engine_mismatch.py --into evidence.jsonl.gz --keep runs/demo/eval runs/mismatch/test/*
 """
-import gzip
 import json
 import sys
 from pathlib import Path
 
-OUTCOME_KEYS = ("run", "task", "seed", "sample", "decoding", "success", "num_steps")   # scripts/findings_table.py's
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from eval_stats import write_outcomes  # noqa: E402
 
 
 def summary(run: Path) -> str:
@@ -26,16 +26,9 @@ def summary(run: Path) -> str:
 
 
 def keep(dirs: list[Path], into: Path) -> None:
-    """Every episode of the evaluations in ``dirs`` (each an eval.py --out), reduced to OUTCOME_KEYS."""
-    tmp = into.with_name(into.name + ".tmp")
-    n = 0
-    with gzip.open(tmp, "wt") as f:
-        for d in dirs:
-            for line in (d / "trajectories.jsonl").read_text().splitlines():
-                r = json.loads(line)
-                f.write(json.dumps({k: r[k] for k in OUTCOME_KEYS}) + "\n")
-                n += 1
-    tmp.replace(into)
+    """Every episode of the evaluations in ``dirs`` (each an eval.py --out), reduced to eval_stats.OUTCOME_KEYS."""
+    n = write_outcomes(into, (json.loads(line) for d in dirs
+                              for line in (d / "trajectories.jsonl").read_text().splitlines()))
     print(f"{n} episodes of {len(dirs)} evaluations -> {into}")
 
 

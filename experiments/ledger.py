@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
 import json
 import re
 import sys
@@ -24,7 +23,7 @@ from typing import Iterator, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from eval_stats import across_seeds, page_values, paired, stderr  # noqa: E402
+from eval_stats import across_seeds, page_values, paired, read_outcomes, stderr  # noqa: E402
 
 EVIDENCE = ROOT / "experiments" / "evidence"
 T1, GREEDY = "T = 1", "greedy"
@@ -72,14 +71,10 @@ class Outcomes:
 
 
 def load(name: str) -> dict[str, Outcomes]:
-    """An evidence file's evaluation sets (its rows' "set", "test" where they name none); a first row that holds
-    no episode (the settings) is skipped."""
+    """An evidence file's evaluation sets (its rows' "set", "test" where they name none)."""
     sets: dict[str, list[dict]] = collections.defaultdict(list)
-    with gzip.open(EVIDENCE / name, "rt") as f:
-        for line in f:
-            row = json.loads(line)
-            if "run" in row:
-                sets[row.pop("set", "test")].append(row)
+    for row in read_outcomes(EVIDENCE / name)[1]:
+        sets[row.pop("set", "test")].append(row)
     return {s: Outcomes(rows) for s, rows in sets.items()}
 
 
@@ -217,7 +212,7 @@ def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
 def quality(ev: Outcomes) -> Iterator[Claim]:
     """Issue 57's held-out table: BC on a demonstrator's mistakes or detours, and M-GRPO from it (docs/results.md)."""
     def cells(run: str, vs: str | None) -> str:
-        (t1, se), (g, _) = ev.rate(run), ev.rate(run, GREEDY)
+        t1, se = ev.rate(run)
         return f"| {t1:.1f} | {se:.1f} | {pm(ev.diff(run, vs)) if vs else ''}"
     yield Claim("quality, clean BC", "docs/results.md", f"| BC on clean demonstrations {cells('clean', None)} | "
                 f"{ev.rate('clean', GREEDY)[0]:.1f} |")

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
 import json
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval_stats import across_seeds, paired, solved_within  # noqa: E402
+from eval_stats import across_seeds, paired, read_outcomes, solved_within, write_outcomes  # noqa: E402
 from env import parse_action  # noqa: E402
 
 SEEDS = (0, 1, 2)
@@ -281,30 +280,22 @@ def login_runs(root: Path, k: str) -> list[str]:
     return lines + [""]
 
 
-OUTCOME_KEYS = ("run", "task", "seed", "sample", "decoding", "success", "num_steps")
-
-
 def save_outcomes(path: Path, demo_results: dict, runs: Runs, cots: dict[int, Runs]) -> None:
     """Every model episode of the table, reduced to what the model rows pair, with make demo's settings first: the
     set "test" at make demo's budget, "test<N>" R1-CoT's at N new tokens a turn."""
-    tmp = path.with_name(path.name + ".tmp")         # then renamed: the file read back may be the one written
-    with gzip.open(tmp, "wt") as f:
-        f.write(json.dumps({"demo": {k: demo_results[k] for k in ("args", "budgets")}}) + "\n")
-        for tokens, rs in [("test", runs)] + [(f"test{n}", at) for n, at in sorted(cots.items())]:
-            for recs in rs.by_name.values():
-                for r in recs:
-                    f.write(json.dumps({"set": tokens, **{k: r[k] for k in OUTCOME_KEYS}}) + "\n")
-    tmp.replace(path)
+    write_outcomes(path, ({**r, "set": tokens}
+                          for tokens, rs in [("test", runs)] + [(f"test{n}", at) for n, at in sorted(cots.items())]
+                          for recs in rs.by_name.values() for r in recs),
+                   header={"demo": {k: demo_results[k] for k in ("args", "budgets")}})
 
 
-def read_outcomes(path: Path) -> tuple[dict, dict[str, list[dict]]]:
+def read_saved(path: Path) -> tuple[dict, dict[str, list[dict]]]:
     """(make demo's settings, {"test": episodes, "test<N>": episodes, ...}) of a --save-outcomes file."""
-    with gzip.open(path, "rt") as f:
-        rows = [json.loads(line) for line in f]
+    header, rows = read_outcomes(path)
     sets: dict[str, list[dict]] = collections.defaultdict(list, test=[])
-    for r in rows[1:]:
+    for r in rows:
         sets[r.pop("set")].append(r)
-    return rows[0]["demo"], sets
+    return header["demo"], sets
 
 
 def main() -> None:
@@ -325,7 +316,7 @@ def main() -> None:
     demo_results = (json.loads((demo / "eval" / "results.json").read_text())      # make demo's evaluation
                     if (demo / "eval" / "results.json").is_file() else None)
     if args.outcomes:
-        saved, sets = read_outcomes(args.outcomes)
+        saved, sets = read_saved(args.outcomes)
         runs.add_outcomes(sets.pop("test"))
         for name, rows in sets.items():
             cots[int(name[4:])].add_outcomes(rows)

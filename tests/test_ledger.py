@@ -36,3 +36,18 @@ def test_the_findings_without_outcomes_are_marked():
     assert "experiments/ledger.py --check" in text
     for finding in ledger.NOT_KEPT:
         assert finding in text, finding
+
+
+def test_outcomes_are_kept_and_read_back(tmp_path):
+    """eval_stats.write_outcomes keeps OUTCOME_KEYS (and an episode's "set"), a header first; read_outcomes gives
+    both back; what an episode holds besides (its steps) is not kept."""
+    from eval_stats import OUTCOME_KEYS, read_outcomes, write_outcomes
+    ep = {"run": "bc", "task": "miniwob/click-option", "seed": 2000000, "sample": 1, "decoding": "T = 1",
+          "success": True, "num_steps": 2, "steps": [{"response": "..."}]}
+    path = tmp_path / "kept.jsonl.gz"
+    assert write_outcomes(path, [ep, {**ep, "set": "test320", "sample": 0}], header={"demo": {"budgets": [6]}}) == 2
+    header, rows = read_outcomes(path)
+    assert header == {"demo": {"budgets": [6]}} and not list(tmp_path.glob("*.tmp"))
+    assert rows == [{k: ep[k] for k in OUTCOME_KEYS}, {"set": "test320", **{k: ep[k] for k in OUTCOME_KEYS}, "sample": 0}]
+    write_outcomes(path, [ep])
+    assert read_outcomes(path) == (None, [{k: ep[k] for k in OUTCOME_KEYS}])

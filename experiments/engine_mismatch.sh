@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 86, item 5: what the engine/trainer mismatch does to M-GRPO here. make demo's recipe (its BC, tasks, budget,
 # invalid-action penalty, seeds) with three rollout engines: float32 (make demo's own: the trainer's module decoding
-# through its batch-invariant float64 copy, --rollout-correction none: make demo's RL is this arm's seed 0), a bf16
+# through its batch-invariant float64 copy, --rollout-correction none; make demo's RL is its seed 0 where make demo's
+# BC is the reference, below), a bf16
 # copy of the policy without a correction (--engine-dtype bfloat16 --rollout-correction none) and with TIS
-# (--engine-dtype bfloat16 --rollout-correction tis, cap 2). Seeds SEEDS (the plan: 0 1 2; the float32 arm's seed 0
-# is $DEMO/rl).
+# (--engine-dtype bfloat16 --rollout-correction tis, cap 2). Seeds SEEDS (the plan: 0 1 2).
 #
 # The plan (2026-12-02 04:15, committed before any of its runs): nothing is chosen here, so there are no validation
 # runs; every arm is reported on the held-out pages (env.EVAL_SEEDS, 50 per task, 400 pages) at the paper's decoding
@@ -19,29 +19,39 @@
 # chosen on validation pages) is the next step. Whatever the result, the table and the rule's verdict go to
 # docs/results.md.
 #
-#   DEMO_OUT=runs/demo MISMATCH_OUT=runs/mismatch SEEDS="0 1 2" bash experiments/engine_mismatch.sh
+# The plan's amendment (2026-12-02, 13:40, before any run from it; docs/history.md): BC's weights depend on the
+# kind of machine, so every arm starts from one committed BC, MISMATCH_BC (issue 87's reference BC, sha256
+# c089fa1c...), on any machine. Where make demo's BC is that BC (DEMO_OUT, on a machine of its kind), make demo's
+# RL is the float32 arm's seed 0 and its evaluation gives the base and BC rows; elsewhere the BC is evaluated and
+# the float32 arm's seed 0 run like the others (make demo is not run).
+#
+#   MISMATCH_OUT=runs/mismatch SEEDS="0 1 2" bash experiments/engine_mismatch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, rl, paper_*
 DEMO=${DEMO_OUT:-runs/demo}; OUT=${MISMATCH_OUT:-runs/mismatch}; SEEDS=${SEEDS:-0 1 2}
+BC=${MISMATCH_BC:-experiments/evidence/reference_bc}
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; TEST=50
-[ -s "$DEMO/eval/results.json" ] || { stage "make demo (its BC, RL seed 0 and evaluation: the float32 arm)"
-  DEMO_OUT=$DEMO bash scripts/demo.sh; }
 declare -A ARM=([f32]="--rollout-correction none" [bf16-none]="--engine-dtype bfloat16 --rollout-correction none"
                 [bf16-tis]="--engine-dtype bfloat16 --rollout-correction tis")
-reuse="$DEMO/eval"; runs=""
+if [ -s "$DEMO/eval/results.json" ] && cmp -s "$DEMO/bc/hf/model.safetensors" "$BC/model.safetensors"; then
+  reuse="$DEMO/eval"; demo_rl="$DEMO/rl"        # make demo's base, BC and RL (the float32 arm's seed 0)
+else
+  paper_eval "$OUT/test/bc" "bc=$BC" "$TEST"; reuse="$OUT/test/bc"; demo_rl=""
+fi
+runs=""
 for seed in $SEEDS; do
   for arm in f32 bf16-none bf16-tis; do
-    if [ "$arm$seed" = f320 ]; then runs="$runs $DEMO/rl"; continue; fi        # make demo's RL is f32 seed 0
+    if [ "$arm$seed" = f320 ] && [ -n "$demo_rl" ]; then runs="$runs $demo_rl"; continue; fi
     run=$arm-s$seed
-    [ -s "$OUT/$run/hf/config.json" ] || { stage "M-GRPO from make demo's BC: $run (${ARM[$arm]})"
+    [ -s "$OUT/$run/hf/config.json" ] || { stage "M-GRPO from the reference BC: $run (${ARM[$arm]})"
       # shellcheck disable=SC2086  # the arm's flags split into words
-      seeded_rl "$DEMO/bc/hf" "$OUT/$run" "$RL_DEMO_STEPS" "$NEW" "$seed" ${ARM[$arm]}; }   # (until 9523ea1: --save-every 8)
+      seeded_rl "$BC" "$OUT/$run" "$RL_DEMO_STEPS" "$NEW" "$seed" ${ARM[$arm]}; }   # (until 9523ea1: --save-every 8)
     paper_eval "$OUT/test/$run" "$run=$OUT/$run/hf" "$TEST"
     reuse="$reuse,$OUT/test/$run"; runs="$runs $OUT/$run"
   done
 done
-stage "one table: make demo's base, BC and RL (float32, seed 0) and every arm evaluated (held-out pages, paired)"
+stage "one table: the BC and every arm evaluated (held-out pages, paired; make demo's base and RL where it is seed 0)"
 paper_table "$reuse" "$OUT/table" "$TEST"
 # shellcheck disable=SC2086  # the run directories split into words
 $PY experiments/engine_mismatch.py $runs

@@ -2,9 +2,9 @@
 # Issue 86, item 5: what the engine/trainer mismatch does to M-GRPO here. make demo's recipe (its BC, tasks, budget,
 # invalid-action penalty, seeds) with three rollout engines: float32 (make demo's own: the trainer's module decoding
 # through its batch-invariant float64 copy, --rollout-correction none; make demo's RL is its seed 0 where make demo's
-# BC is the reference, below), a bf16
-# copy of the policy without a correction (--engine-dtype bfloat16 --rollout-correction none) and with TIS
-# (--engine-dtype bfloat16 --rollout-correction tis, cap 2). Seeds SEEDS (the plan: 0 1 2).
+# BC is the reference, below), a bf16 copy of the policy without a correction (--engine-dtype bfloat16
+# --rollout-correction none) and with TIS (--engine-dtype bfloat16 --rollout-correction tis, cap 2). Seeds SEEDS
+# (the plan: 0 1 2).
 #
 # The plan (2026-12-02 04:15, committed before any of its runs): nothing is chosen here, so there are no validation
 # runs; every arm is reported on the held-out pages (env.EVAL_SEEDS, 50 per task, 400 pages) at the paper's decoding

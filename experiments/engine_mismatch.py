@@ -1,17 +1,12 @@
 """Issue 86, item 5: each run's engine/trainer mismatch and its KL to the start over its steps, from its
-metrics.jsonl (experiments/engine_mismatch.sh prints it after the table); with ``--keep DIR ... --into FILE``,
-the per-page outcomes of the evaluations behind the table instead (every episode: run, task, page, sample,
-decoding, success, interactions), gzipped for experiments/evidence/.
+metrics.jsonl (experiments/engine_mismatch.sh prints it after the table; the evaluations' episodes are kept by
+``experiments/ledger.py --keep``).
 
     .venv/bin/python experiments/engine_mismatch.py runs/demo/rl runs/mismatch/bf16-none-s0 ...
-    .venv/bin/python experiments/engine_mismatch.py --into evidence.jsonl.gz --keep runs/demo/eval runs/mismatch/test/*
 """
 import json
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval_stats import write_outcomes  # noqa: E402
 
 
 def summary(run: Path) -> str:
@@ -25,18 +20,7 @@ def summary(run: Path) -> str:
             f"{mean('mismatch/seq_log_ratio_mean'):.3g} | {rows[-1].get('train/kl', float('nan')):.3g} |")
 
 
-def keep(dirs: list[Path], into: Path) -> None:
-    """Every episode of the evaluations in ``dirs`` (each an eval.py --out), reduced to eval_stats.OUTCOME_KEYS."""
-    n = write_outcomes(into, (json.loads(line) for d in dirs
-                              for line in (d / "trajectories.jsonl").read_text().splitlines()))
-    print(f"{n} episodes of {len(dirs)} evaluations -> {into}")
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--into"]:
-        assert sys.argv[3] == "--keep", "usage: --into FILE --keep DIR ..."
-        keep([Path(d) for d in sys.argv[4:]], Path(sys.argv[2]))
-        sys.exit(0)
     print("| run | steps | KL k1 (mean) | KL k3 (mean) | max \\|log ratio\\| | tokens outside [0.5, 2] (mean) | "
           "seq log ratio (mean) | KL to the start, last step |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -31,6 +31,7 @@ cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, rl, paper_*
 DEMO=${DEMO_OUT:-runs/demo}; OUT=${MISMATCH_OUT:-runs/mismatch}; SEEDS=${SEEDS:-0 1 2}
 BC=${MISMATCH_BC:-experiments/evidence/reference_bc}
+EVIDENCE=${MISMATCH_EVIDENCE:-experiments/evidence/issue86_arms_outcomes.jsonl.gz}   # (the first pair's: issue86_engine_*)
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; TEST=50
 declare -A ARM=([f32]="--rollout-correction none" [bf16-none]="--engine-dtype bfloat16 --rollout-correction none"
                 [bf16-tis]="--engine-dtype bfloat16 --rollout-correction tis")
@@ -49,6 +50,8 @@ for seed in $SEEDS; do
       seeded_rl "$BC" "$OUT/$run" "$RL_DEMO_STEPS" "$NEW" "$seed" ${ARM[$arm]}; }   # (until 9523ea1: --save-every 8)
     paper_eval "$OUT/test/$run" "$run=$OUT/$run/hf" "$TEST"
     reuse="$reuse,$OUT/test/$run"; runs="$runs $OUT/$run"
+    # shellcheck disable=SC2086  # the directories split into words
+    $PY experiments/ledger.py --keep "$EVIDENCE" ${reuse//,/ }     # every episode so far, kept as it finishes
   done
 done
 stage "one table: the BC and every arm evaluated (held-out pages, paired; make demo's base and RL where it is seed 0)"

@@ -10,6 +10,11 @@ outcomes are listed at the end as such (docs/results.md marks them). tests/test_
 
     .venv/bin/python experiments/ledger.py            # every claim, its numbers and where it is written
     .venv/bin/python experiments/ledger.py --check    # exit 1 unless every doc holds its claims
+    .venv/bin/python experiments/ledger.py --keep FILE DIR ...   # keep finished evaluations' episodes in FILE
+
+``--keep`` is how evidence is made: the episodes of each finished evaluation (an eval.py ``--out`` with its
+results.json) reduced to eval_stats.OUTCOME_KEYS and merged into FILE, a run evaluated again replacing its old
+episodes and every other run kept (a sitting whose runs/ holds only its own evaluations loses none of the earlier).
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from typing import Iterator, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from eval_stats import across_seeds, page_values, paired, read_outcomes, stderr  # noqa: E402
+from eval_stats import across_seeds, page_values, paired, read_outcomes, stderr, write_outcomes  # noqa: E402
 
 EVIDENCE = ROOT / "experiments" / "evidence"
 T1, GREEDY = "T = 1", "greedy"
@@ -280,10 +285,27 @@ def check(root: Path = ROOT) -> list[tuple[Claim, bool]]:
     return out
 
 
+def keep(into: Path, dirs: list[Path]) -> None:
+    """Merge the episodes of the finished evaluations in ``dirs`` into the outcomes file ``into`` (see --keep)."""
+    new = [json.loads(line) for d in dirs if (d / "results.json").is_file()
+           for line in (d / "trajectories.jsonl").read_text().splitlines()]
+    runs = {r["run"] for r in new}
+    old = [r for r in read_outcomes(into)[1] if r["run"] not in runs] if into.is_file() else []
+    n = write_outcomes(into, old + new)
+    print(f"{into}: {n} episodes, {len(runs)} run(s) from {len(dirs)} evaluation(s), "
+          f"{len({r['run'] for r in old})} run(s) kept from before")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 unless every doc holds its claims")
+    ap.add_argument("--keep", nargs="+", type=Path, metavar=("FILE", "DIR"),
+                    help="merge the episodes of the finished evaluations DIR ... into the outcomes file FILE")
     args = ap.parse_args()
+    if args.keep:
+        if len(args.keep) < 2:
+            ap.error("--keep FILE DIR [DIR ...]")
+        return keep(args.keep[0], args.keep[1:])
     results = check()
     for c, found in results:
         print(f"{'ok ' if found else 'NOT'} {c.doc}: {c.name}: {c.text}")

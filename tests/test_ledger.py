@@ -51,3 +51,30 @@ def test_outcomes_are_kept_and_read_back(tmp_path):
     assert rows == [{k: ep[k] for k in OUTCOME_KEYS}, {"set": "test320", **{k: ep[k] for k in OUTCOME_KEYS}, "sample": 0}]
     write_outcomes(path, [ep])
     assert read_outcomes(path) == (None, [{k: ep[k] for k in OUTCOME_KEYS}])
+
+
+def test_keep_merges_finished_evaluations_into_the_evidence(tmp_path):
+    """ledger.py --keep: a finished evaluation's episodes join the file, a run evaluated again replaces its own, a
+    run whose directory is gone (an earlier sitting's) stays, an unfinished evaluation (no results.json) is left out."""
+    import json
+    import subprocess
+    from eval_stats import read_outcomes
+
+    def evaluation(name, run, successes, finished=True):
+        d = tmp_path / name
+        d.mkdir()
+        eps = [{"run": run, "task": "miniwob/click-option", "seed": 2000000 + i, "sample": 0, "decoding": "T = 1",
+                "success": s, "num_steps": 1, "steps": []} for i, s in enumerate(successes)]
+        (d / "trajectories.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
+        if finished:
+            (d / "results.json").write_text("{}")
+        return str(d)
+
+    kept = tmp_path / "kept.jsonl.gz"
+    keep = [sys.executable, str(ROOT / "experiments" / "ledger.py"), "--keep", str(kept)]
+    subprocess.run(keep + [evaluation("a", "bc", [True, False]), evaluation("b", "rl-s0", [True, True])], check=True)
+    subprocess.run(keep + [evaluation("c", "rl-s0", [False, False]), evaluation("d", "rl-s1", [True], False)],
+                   check=True)
+    rows = read_outcomes(kept)[1]
+    assert sorted((r["run"], r["success"]) for r in rows) == [("bc", False), ("bc", True), ("rl-s0", False),
+                                                              ("rl-s0", False)]

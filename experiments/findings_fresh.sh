@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue 87, item 1: the findings' one reference and R1-Zero in seeds 0-4 on fresh held-out pages, every episode kept.
+# The plan and rules, committed before any run: docs/history.md, "Issue 87: findings a reader can re-derive, the
+# plan". Every model is evaluated on the first 50 pages a task of env.FINDINGS_SEEDS (400 pages no evaluation had
+# touched; eval.py --seed-start 2000000) at the paper's decoding (T = 1 x 2, common random numbers) with greedy beside
+# it, at up to 12 interactions, each budget of the test-time rows (2, 4, 6, 8, 12) read from those episodes (a budget
+# run alone gives their first interactions: issue 70, 4,800 of 4,800); the reference rows read budget 6, make demo's.
+#
+#   ref       make demo's M-GRPO recipe (RL_DEMO_FLAGS, RL_LOG_FLAGS, IN_PLACE) from the committed reference BC
+#             (experiments/evidence/reference_bc, sha256 c089fa1c...), seeds SEEDS; the base and the BC evaluated too
+#   r1zero    the same M-GRPO from the base (assets/tiny-web-base), no BC, seeds SEEDS
+#   filtered  make demo's log (demos.py, deterministic: the same episodes on every machine) filtered to its
+#             successes, BC of the base by make demo's recipe (the practitioner's fix the reference is measured against)
+# After each evaluation its episodes join FRESH_EVIDENCE (experiments/ledger.py --keep: run, task, page, sample,
+# decoding, success, interactions), so a sitting that stops keeps what it finished; a stage resumes at its first
+# missing step (an M-GRPO run at its last checkpoint, every 4 steps). ~20 min an M-GRPO seed and ~10 an evaluation
+# on the 2-core box: ref and r1zero ~5 hours together.
+#
+#   FRESH_OUT=runs/fresh STAGES="ref r1zero filtered" SEEDS="0 1 2 3 4" bash experiments/findings_fresh.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, bc, paper_*
+OUT=${FRESH_OUT:-runs/fresh}; STAGES=${STAGES:-ref r1zero filtered}; SEEDS=${SEEDS:-0 1 2 3 4}
+BC=${FRESH_BC:-experiments/evidence/reference_bc}
+EVIDENCE=${FRESH_EVIDENCE:-experiments/evidence/issue87_outcomes.jsonl.gz}
+B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; FRESH=2000000; PAPER_STEPS=2,4,6,8,12
+TEST=${FRESH_PAGES:-50}; STEPS=${FRESH_RL_STEPS:-$RL_DEMO_STEPS}   # (smaller only to try the script out)
+mkdir -p "$OUT/test"
+
+# fresh_eval NAME PATH: one model on the fresh pages into $OUT/test/NAME, then every finished evaluation kept
+fresh_eval() {
+  paper_eval "$OUT/test/$1" "$1=$2" "$TEST" "$FRESH"
+  $PY experiments/ledger.py --keep "$EVIDENCE" "$OUT"/test/*/
+}
+# fresh_seeds INIT NAME: make demo's M-GRPO from INIT in every seed, each evaluated
+fresh_seeds() {
+  local s
+  for s in $SEEDS; do
+    [ -s "$OUT/$2-s$s/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $s"
+      seeded_rl "$1" "$OUT/$2-s$s" "$STEPS" "$NEW" "$s"; }
+    fresh_eval "$2-s$s" "$OUT/$2-s$s/hf"
+  done
+}
+
+for stage_name in $STAGES; do
+  case "$stage_name" in
+    ref)      fresh_eval base "$BASE"; fresh_eval bc "$BC"; fresh_seeds "$BC" rl ;;
+    r1zero)   fresh_seeds "$BASE" r1zero ;;
+    filtered) [ -s "$OUT/filtered/hf/config.json" ] || { stage "make demo's log filtered to successes: BC of the base"
+                # shellcheck disable=SC2086  # the demonstrator's flags split into words
+                $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl" $DEMO_LOG_FLAGS
+                bc "$OUT/demos.jsonl" "$OUT/filtered" 300 short "$BASE" 1e-3; }
+              fresh_eval bc-filtered "$OUT/filtered/hf" ;;
+    *) echo "unknown stage $stage_name (ref r1zero filtered)" >&2; exit 2 ;;
+  esac
+done
+reuse=$(ls -d "$OUT"/test/*/ | paste -sd, -)
+stage "one table of every model evaluated so far (fresh pages, paired by page): $OUT/table"
+paper_table "$reuse" "$OUT/table" "$TEST" "$FRESH"

@@ -14,6 +14,7 @@ these tests then fail rather than skip when vLLM is missing. Elsewhere they skip
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -190,6 +191,79 @@ def test_no_sleep_mode_on_the_cpu(engine, served, run):
     run(engine.sleep())
     run(engine.wake_up())
     assert run(engine.generate(_prompt(tok, 20), temperature=0.0, max_new_tokens=4)).ids
+
+
+@contextlib.asynccontextmanager
+async def _openai_server(backend: vllm_backend.VLLMBackend, path: str):
+    """vLLM's own OpenAI-compatible server (``vllm serve``'s FastAPI app, its real routes) serving ``backend``'s
+    engine on this loop, on a free local port; yields its base URL. Stopping it leaves the engine running (the
+    module's): the server task is cancelled, not shut down through the engine, and the signal handlers it put on
+    the loop are taken off again."""
+    import signal
+    import urllib.request
+    from vllm.entrypoints.launchers.api_server.entry import build_and_serve
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.entrypoints.launchers.launcher import create_server_socket
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(
+        ["--model", path, "--generation-config", "vllm", "--uvicorn-log-level", "warning",
+         "--disable-uvicorn-access-log"])
+    sock = create_server_socket(("127.0.0.1", 0), reuse_port=False)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    serving = asyncio.ensure_future(build_and_serve(backend.engine, url, sock, args))
+    try:
+        for _ in range(600):
+            try:
+                await asyncio.to_thread(urllib.request.urlopen, url + "/health", timeout=5)
+                break
+            except OSError:
+                if serving.done():
+                    serving.result()                     # its error
+                await asyncio.sleep(0.1)
+        yield url + "/v1"
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await (await serving)                        # uvicorn's shutdown, which serving hands back
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().remove_signal_handler(sig)
+        sock.close()
+
+
+def test_the_same_request_means_the_same_on_vllm_and_on_its_openai_server(engine, served, run):
+    """One home for a request's settings (issue 88): the same request through VLLMBackend and through
+    policy.OpenAIBackend against vLLM's own OpenAI-compatible server on the same engine (the real API that
+    tests/fake_openai.py stands in for) gives the same reply: None takes the backend's own settings (both built
+    with 16 tokens at T = 1), a value is that value (greedy at 3 tokens; T = 1 at top-p 0.5 with a seed), and what
+    hf_backend.request_settings refuses (0 tokens, T < 0, top-p outside (0, 1]) is refused alike, before any
+    request goes out."""
+    path, _, tok = served
+    msgs = [{"role": "user", "content": "Task Instruction: click item 3\n\n<button id=\"3\"> item 3 </button>"}]
+    ids = tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True),
+              add_special_tokens=False)["input_ids"]
+    requests = [dict(seed=5), dict(max_new_tokens=3, temperature=0.0), dict(temperature=1.0, top_p=0.5, seed=11)]
+    refused = [dict(max_new_tokens=0), dict(temperature=-0.5), dict(top_p=0.0), dict(top_p=1.5)]
+
+    async def go():
+        async with _openai_server(engine, path) as base_url:
+            api = policy.OpenAIBackend(base_url, path, tokenizer=tok, max_new_tokens=16, timeout_s=120)
+            pairs = [(await api.generate(messages=msgs, **r), await engine.generate(ids, **r)) for r in requests]
+            errors = []
+            for r in refused:
+                for backend, call in ((api, lambda r=r: api.generate(messages=msgs, **r)),
+                                      (engine, lambda r=r: engine.generate(ids, **r))):
+                    with pytest.raises(ValueError, match="a request needs") as e:
+                        await call()
+                    errors.append(str(e.value))
+            return pairs, errors, dict(api.stats)
+    pairs, errors, stats = run(go(), timeout=300)
+    for r, (a, v) in zip(requests, pairs):
+        assert a.text == v.text and a.text and a.finish_reason == v.finish_reason, (r, a, v)
+    first = pairs[0][1]                                # the backend's own 16 tokens
+    assert len(first.ids) == 16 if first.finish_reason == "length" else len(first.ids) < 16
+    assert len(pairs[1][1].ids) <= 3
+    assert len(set(errors)) == len(refused)          # each refusal worded alike on both backends
+    assert stats["requests"] == len(requests) and stats["failed"] == 0 and stats["http_errors"] == 0
 
 
 def test_sync_probe_on_a_sample_that_fills_max_model_len(engine, served, run):

@@ -31,7 +31,8 @@ cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, rl, paper_*
 DEMO=${DEMO_OUT:-runs/demo}; OUT=${MISMATCH_OUT:-runs/mismatch}; SEEDS=${SEEDS:-0 1 2}
 BC=${MISMATCH_BC:-experiments/evidence/reference_bc}
-EVIDENCE=${MISMATCH_EVIDENCE:-experiments/evidence/issue86_arms_outcomes.jsonl.gz}   # (the first pair's: issue86_engine_*)
+# every arm's episodes (the first pair's, from the other BC, are issue86_engine_mismatch_outcomes.jsonl.gz)
+EVIDENCE=${MISMATCH_EVIDENCE:-experiments/evidence/issue86_arms_outcomes.jsonl.gz}
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; TEST=50
 declare -A ARM=([f32]="--rollout-correction none" [bf16-none]="--engine-dtype bfloat16 --rollout-correction none"
                 [bf16-tis]="--engine-dtype bfloat16 --rollout-correction tis")

@@ -134,7 +134,8 @@ def make_demo(ev: Outcomes) -> Iterator[Claim]:
                     f"{g[0]:+.1f} | {g[1]:.1f} |")
     d, p, g = ev.diff("rl", "bc"), ev.diff("rl", "bc", k=2), ev.diff("rl", "bc", GREEDY)
     yield Claim("make demo, RL - BC, README", "README.md",
-                f"RL - BC, paired over 400 pages | | | | | | | | | {d[0]:+.1f} | {d[1]:.1f} | {p[0]:+.1f} ({p[1]:.1f}) | "
+                f"RL - BC, paired over 400 pages | | | | | | | | | {d[0]:+.1f} | {d[1]:.1f} | "
+                f"{p[0]:+.1f} ({p[1]:.1f}) | "
                 f"{g[0]:+.1f} | {g[1]:.1f} |")
     yield Claim("make demo's reading", "README.md",
                 f"{pm(ev.diff('bc', 'base'))} and {pm(d)} points at T = 1 ({d[0] / d[1]:.1f} SE")
@@ -166,12 +167,14 @@ def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
     test = ev["test"]
     ref = {dec: [test.diff(f"rl-s{s}", "bc", dec)[0] for s in range(3)] for dec in (T1, GREEDY)}
     yield Claim("RL lifts BC, seeds 0-2", "docs/results.md",
-                f"on the log, seeds 0-2: {seeds(ref[T1])} at T = 1 (mean {interval(ref[T1])}; greedy {seeds(ref[GREEDY])}")
+                f"on the log, seeds 0-2: {seeds(ref[T1])} at T = 1 (mean {interval(ref[T1])}; "
+                f"greedy {seeds(ref[GREEDY])}")
     yield Claim("RL lifts BC, seeds 0-2, README", "README.md", f"against {seeds(ref[T1])} at 192")
     # the thinking format: <think> against the bare action
     bc = test.diff("bc", "plain-bc")
     rl = {dec: [test.diff(f"rl-s{s}", f"plain-rl-s{s}", dec)[0] for s in range(3)] for dec in (T1, GREEDY)}
-    inter = [test.interactions(r) for r in ("bc", "plain-bc", *(f"{p}rl-s{s}" for p in ("", "plain-") for s in range(3)))]
+    rows = ("bc", "plain-bc", *(f"{p}rl-s{s}" for p in ("", "plain-") for s in range(3)))
+    inter = [test.interactions(r) for r in rows]
     yield Claim("thinking format", "docs/results.md",
                 f"BC - plain BC {pm(bc)} at T = 1; RL - plain RL by seed {seeds(rl[T1])} (mean {interval(rl[T1])}; "
                 f"greedy {seeds(rl[GREEDY])}); interactions {min(inter):.1f}-{max(inter):.1f} in every row")

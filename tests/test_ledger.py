@@ -48,7 +48,8 @@ def test_outcomes_are_kept_and_read_back(tmp_path):
     assert write_outcomes(path, [ep, {**ep, "set": "test320", "sample": 0}], header={"demo": {"budgets": [6]}}) == 2
     header, rows = read_outcomes(path)
     assert header == {"demo": {"budgets": [6]}} and not list(tmp_path.glob("*.tmp"))
-    assert rows == [{k: ep[k] for k in OUTCOME_KEYS}, {"set": "test320", **{k: ep[k] for k in OUTCOME_KEYS}, "sample": 0}]
+    kept = {k: ep[k] for k in OUTCOME_KEYS}
+    assert rows == [kept, {"set": "test320", **kept, "sample": 0}]
     write_outcomes(path, [ep])
     assert read_outcomes(path) == (None, [{k: ep[k] for k in OUTCOME_KEYS}])
 

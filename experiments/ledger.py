@@ -151,15 +151,34 @@ def make_demo(ev: Outcomes) -> Iterator[Claim]:
     yield Claim("make demo, per task", "docs/results.md", f"Per task at T = 1 (base / BC / RL): {per_task}.")
 
 
-def engine_mismatch(ev: Outcomes) -> Iterator[Claim]:
-    """Issue 86, item 5: each arm against make demo's float32 run, paired by page."""
-    rows = {"float32 engine (make demo's)": "rl", "bf16 engine, no correction": "bf16-none-s0"}
-    for label, run in rows.items():
+def small(x: float) -> str:
+    """A figure as the mismatch tables write it: 3.0e-3, 4.7e-13, 7.74."""
+    return f"{x:.1e}".replace("e-0", "e-") if 0 < x < 1e-2 else f"{x:.3g}"
+
+
+def mismatch_cells(metrics: str) -> str:
+    """A run's mismatch over its steps from its committed metrics.jsonl: token KL k3 (mean of the steps), the
+    largest |log ratio|, the mean share of tokens outside [0.5, 2], the KL to the start at the last step."""
+    rows = [json.loads(line) for line in (EVIDENCE / metrics).read_text().splitlines()]
+    rows = [r for r in rows if "mismatch/kl_k3" in r]
+    outside = sum(r["mismatch/ratio_outside"] for r in rows) / len(rows)
+    return (f"{small(sum(r['mismatch/kl_k3'] for r in rows) / len(rows))} | "
+            f"{small(max(r['mismatch/max_abs_log_ratio'] for r in rows))} | "
+            f"{f'{100 * outside:.1f}%' if outside else '0'} | {rows[-1]['train/kl']:.2g} |")
+
+
+def engine_mismatch(ev: Outcomes, rows: dict[str, tuple[str, str]], seeds: bool) -> Iterator[Claim]:
+    """Issue 86, item 5: each arm against the float32 arm of its seed, paired by page (``rows``: run -> its label
+    and its metrics file; the float32 run of seed 0 is "rl", make demo's; with ``seeds`` the table has a seed
+    column)."""
+    for run, (label, metrics) in rows.items():
+        seed = 0 if run == "rl" else int(run.rsplit("-s", 1)[1])
+        f32 = "rl" if seed == 0 else f"f32-s{seed}"
         (t1, _), (g, _) = ev.rate(run), ev.rate(run, GREEDY)
-        vs = "" if run == "rl" else f" {pm(ev.diff(run, 'rl'))} |"
-        vs_g = "" if run == "rl" else f" {pm(ev.diff(run, 'rl', GREEDY))} |"
-        yield Claim(f"engine mismatch, {run}", "docs/training.md",
-                    f"| {label} | {t1:.1f} |{vs or ' |'} {g:.1f} |{vs_g or ' |'}")
+        vs, vs_g = ("", "") if run == f32 else (pm(ev.diff(run, f32)), pm(ev.diff(run, f32, GREEDY)))
+        yield Claim(f"engine mismatch, {run}{' (reference BC)' if seeds else ''}", "docs/training.md",
+                    f"| {label} |{f' {seed} |' if seeds else ''} {t1:.1f} | {vs} | {g:.1f} | {vs_g} | "
+                    + mismatch_cells(metrics))
 
 
 def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
@@ -262,7 +281,17 @@ def exchange(ev: Outcomes) -> Iterator[Claim]:
 
 def claims() -> list[Claim]:
     issue70, issue86 = load("issue70_outcomes.jsonl.gz"), load("issue86_engine_mismatch_outcomes.jsonl.gz")
-    return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"]), *findings(issue70),
+    first_pair = {"rl": ("float32 engine (make demo's)", "issue86_f32-s0_metrics.jsonl"),
+                  "bf16-none-s0": ("bf16 engine, no correction", "issue86_bf16-none-s0_metrics.jsonl")}
+    arms = load("issue86_arms_outcomes.jsonl.gz")["test"]
+    labels = {"f32": "float32 engine", "bf16-none": "bf16 engine, no correction", "bf16-tis": "bf16 engine, TIS"}
+    from_reference = {}                      # every arm evaluated so far; make demo's RL ("rl") is f32-s0
+    for run in arms.by_run:
+        name = "f32-s0" if run == "rl" else run
+        if name.rsplit("-s", 1)[0] in labels:
+            from_reference[run] = labels[name.rsplit("-s", 1)[0]], f"issue86_refbc_{name}_metrics.jsonl"
+    return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"], first_pair, False),
+            *engine_mismatch(arms, from_reference, True), *findings(issue70),
             *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json"))]
 
 

@@ -23,8 +23,9 @@ source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_LOG_FL
 OUT=${FRESH_OUT:-runs/fresh}; STAGES=${STAGES:-ref r1zero filtered}; SEEDS=${SEEDS:-0 1 2 3 4}
 BC=${FRESH_BC:-experiments/evidence/reference_bc}
 EVIDENCE=${FRESH_EVIDENCE:-experiments/evidence/issue87_outcomes.jsonl.gz}
-B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; FRESH=2000000; PAPER_STEPS=2,4,6,8,12
-TEST=${FRESH_PAGES:-50}; STEPS=${FRESH_RL_STEPS:-$RL_DEMO_STEPS}   # (smaller only to try the script out)
+NEW=64; FRESH=2000000; PAPER_STEPS=2,4,6,8,12
+# smaller only to try the script out (FRESH_PAGES=1 FRESH_RL_STEPS=1 FRESH_B=2 FRESH_G=2 SEEDS=0)
+TEST=${FRESH_PAGES:-50}; STEPS=${FRESH_RL_STEPS:-$RL_DEMO_STEPS}; B=${FRESH_B:-$RL_DEMO_B}; G=${FRESH_G:-$RL_DEMO_G}
 mkdir -p "$OUT/test"
 
 # fresh_eval NAME PATH: one model on the fresh pages into $OUT/test/NAME, then every finished evaluation kept

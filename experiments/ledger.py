@@ -290,11 +290,14 @@ def claims() -> list[Claim]:
         name = "f32-s0" if run == "rl" else run
         if name.rsplit("-s", 1)[0] in labels:
             from_reference[run] = labels[name.rsplit("-s", 1)[0]], f"issue86_refbc_{name}_metrics.jsonl"
-    d = arms.diff("bf16-none-s0", "rl")
-    reading = Claim("engine mismatch, the reference BC's seed 0", "docs/training.md",
-                    f"differs, and hurts: {pm(d)} at T = 1 ({abs(d[0] / d[1]):.1f} SE")
+    d, tis, tis_g = arms.diff("bf16-none-s0", "rl"), arms.diff("bf16-tis-s0", "bf16-none-s0"), \
+        arms.diff("bf16-tis-s0", "bf16-none-s0", GREEDY)
+    reading = [Claim("engine mismatch, the reference BC's seed 0", "docs/training.md",
+                     f"differs, and hurts: {pm(d)} at T = 1 ({abs(d[0] / d[1]):.1f} SE"),
+               Claim("engine mismatch, TIS against none, seed 0", "docs/training.md",
+                     f"TIS - none {pm(tis)} at T = 1 ({abs(tis[0] / tis[1]):.1f} SE; greedy {pm(tis_g)})")]
     return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"], first_pair, False),
-            *engine_mismatch(arms, from_reference, True), reading, *findings(issue70),
+            *engine_mismatch(arms, from_reference, True), *reading, *findings(issue70),
             *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json"))]
 
 

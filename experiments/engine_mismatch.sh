@@ -25,7 +25,10 @@
 # RL is the float32 arm's seed 0 and its evaluation gives the base and BC rows; elsewhere the BC is evaluated and
 # the float32 arm's seed 0 run like the others (make demo is not run).
 #
-#   MISMATCH_OUT=runs/mismatch SEEDS="0 1 2" bash experiments/engine_mismatch.sh
+# A run's episodes are merged into EVIDENCE by run name, replacing that run's: a later sitting passes only the
+# seeds not kept yet (seed 0 of every arm is, from 2026-12-02).
+#
+#   MISMATCH_OUT=runs/mismatch SEEDS="1 2" bash experiments/engine_mismatch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, rl, paper_*

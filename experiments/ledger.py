@@ -1,6 +1,7 @@
 """Issue 87: every number the findings print that has per-page outcomes behind it, re-derived from the committed
 evidence alone (``experiments/evidence/*_outcomes.jsonl.gz``: run, task, page, sample, decoding, success,
-interactions), and checked against the text of README.md and docs/.
+interactions; issue 57's ``*_test.json``; the runs' ``*_metrics.jsonl``), and checked against the text of README.md
+and docs/.
 
 Each claim computes its numbers (success rates, SEs clustered by page, paired differences, means over seeds with
 their 95% t-interval: eval_stats.py's) and writes them the way its doc does; ``--check`` exits 1 naming every claim

@@ -105,10 +105,18 @@ def seeds(values: list[float]) -> str:
     return ", ".join(f"{v:+.1f}" for v in values)
 
 
-def interval(values: list[float]) -> str:
-    """"+7.3 [95%: +3.9, +10.6]": the mean over seeds with its t-interval."""
+def interval(values: list[float], label: str = "95%: ") -> str:
+    """"+7.3 [95%: +3.9, +10.6]": the mean over seeds with its t-interval (``label`` "": "+7.3 [+3.9, +10.6]")."""
     m, _, h = across_seeds(values)
-    return f"{m:+.1f} [95%: {m - h:+.1f}, {m + h:+.1f}]"
+    return f"{m:+.1f} [{label}{m - h:+.1f}, {m + h:+.1f}]"
+
+
+def seed_pairs(ev: Outcomes, runs: list[str], vs: str) -> str:
+    """Two seeds' cells as issue 57's tables write them: "32.9 / 40.6 | 2.0 | +4.2 +- 1.7 / +12.0 +- 1.9 |
+    38.0 / 46.8 |" (the SE column the first seed's)."""
+    return (" / ".join(f"{ev.rate(r)[0]:.1f}" for r in runs) + f" | {ev.rate(runs[0])[1]:.1f} | "
+            + " / ".join(pm(ev.diff(r, vs)) for r in runs) + " | "
+            + " / ".join(f"{ev.rate(r, GREEDY)[0]:.1f}" for r in runs) + " |")
 
 
 # ---- the claims, by the evidence they rest on ----
@@ -121,10 +129,9 @@ def make_demo(ev: Outcomes) -> Iterator[Claim]:
     short = {"base": "base", "bc": "BC on the log", "rl": "BC + M-GRPO"}
     for run, label in labels.items():
         tasks = " | ".join(f"{v:.1f}" for v in ev.task_rates(run).values())
-        (t1, se), (p2, _), (g, gse) = ev.rate(run), ev.rate(run, k=2), ev.rate(run, GREEDY)
+        (t1, se), (p2, p2se), (g, gse) = ev.rate(run), ev.rate(run, k=2), ev.rate(run, GREEDY)
         yield Claim(f"make demo, {run}, README", "README.md",
                     f"| {label} | {tasks} | {t1:.1f} | {se:.1f} | {p2:.1f} | {g:.1f} | {gse:.1f} |")
-        (_, p2se) = ev.rate(run, k=2)
         yield Claim(f"make demo, {run}, results", "docs/results.md",
                     f"| {short[run]} | {t1:.1f} | {se:.1f} | {p2:.1f} | {p2se:.1f} | {g:.1f} | {gse:.1f} | "
                     f"{ev.interactions(run):.2f} |")
@@ -140,7 +147,7 @@ def make_demo(ev: Outcomes) -> Iterator[Claim]:
                 f"{g[0]:+.1f} | {g[1]:.1f} |")
     yield Claim("make demo's reading", "README.md",
                 f"{pm(ev.diff('bc', 'base'))} and {pm(d)} points at T = 1 ({d[0] / d[1]:.1f} SE")
-    yield Claim("make demo's reading", "docs/results.md",
+    yield Claim("make demo's reading, BC", "docs/results.md",
                 f"BC on flawed data lifts the base ({pm(ev.diff('bc', 'base'))} at T = 1")
     yield Claim("make demo's reading, RL", "docs/results.md",
                 f"M-GRPO lifts that BC by {pm(d)} at T = 1 ({d[0] / d[1]:.1f} SE), {pm(g)} greedy")
@@ -223,16 +230,13 @@ def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
                         f"{seeds(ref[T1])}: less in every seed (mean {interval(less[T1])}")
             yield Claim("R1-CoT RL, 192, README", "README.md", f"({seeds(gain[T1])} against {seeds(ref[T1])} at 192")
         else:
-            m, _, h = across_seeds(gain[T1])
             yield Claim("R1-CoT RL, 320", "docs/results.md",
                         f"at 320, seeds 0-2: {seeds(gain[T1])} (greedy {seeds(gain[GREEDY])}) against "
                         f"{seeds(ref[T1])}: minus {seeds(less[T1])}, mean {interval(less[T1])}")
             yield Claim("R1-CoT RL gains nothing, 320", "docs/results.md",
-                        f"(mean {m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]; greedy minus "
-                        f"{interval(less[GREEDY]).replace('95%: ', '')})")
-            m, _, h = across_seeds(less[T1])
+                        f"(mean {interval(gain[T1], '')}; greedy minus {interval(less[GREEDY], '')})")
             yield Claim("R1-CoT RL, 320, README", "README.md",
-                        f"at 320, {seeds(gain[T1])}, less by {m:+.1f} [{m - h:+.1f}, {m + h:+.1f}]")
+                        f"at 320, {seeds(gain[T1])}, less by {interval(less[T1], '')}")
             yield Claim("R1-CoT without the penalty", "docs/results.md",
                         f"({pm(at.diff('cot-rl-s0-nopenalty', 'cot-rl-s0'))} against the penalty)")
 
@@ -252,11 +256,8 @@ def quality(ev: Outcomes) -> Iterator[Claim]:
                 f"| BC on the same filtered to successes (109 of 160) {cells('mistakes50-f', 'mistakes50')} | "
                 f"{ev.rate('mistakes50-f', GREEDY)[0]:.1f} |")
     for bc in ("mistakes50", "detours50"):
-        rl = [f"{bc}-rl-s{s}" for s in (0, 1)]
         yield Claim(f"quality, M-GRPO from {bc}", "docs/results.md",
-                    " / ".join(f"{ev.rate(r)[0]:.1f}" for r in rl) + f" | {ev.rate(rl[0])[1]:.1f} | "
-                    + " / ".join(pm(ev.diff(r, bc)) for r in rl) + " | "
-                    + " / ".join(f"{ev.rate(r, GREEDY)[0]:.1f}" for r in rl) + " |")
+                    seed_pairs(ev, [f"{bc}-rl-s{s}" for s in (0, 1)], bc))
 
 
 def exchange(ev: Outcomes) -> Iterator[Claim]:
@@ -268,11 +269,8 @@ def exchange(ev: Outcomes) -> Iterator[Claim]:
         yield Claim(f"exchange, BC on {n}", "docs/results.md",
                     f"| {t1:.1f} | {se:.1f} | {pm(ev.diff(f'n{n}', 'n20'))} | {g:.1f} |")
     for budget in (2048, 4096, 8192):
-        rl = [f"rl-s{s}-{budget}" for s in (0, 1)]
         yield Claim(f"exchange, M-GRPO at {budget}", "docs/results.md",
-                    " / ".join(f"{ev.rate(r)[0]:.1f}" for r in rl) + f" | {ev.rate(rl[0])[1]:.1f} | "
-                    + " / ".join(pm(ev.diff(r, "n20")) for r in rl) + " | "
-                    + " / ".join(f"{ev.rate(r, GREEDY)[0]:.1f}" for r in rl) + " |")
+                    seed_pairs(ev, [f"rl-s{s}-{budget}" for s in (0, 1)], "n20"))
     yield Claim("exchange, the seeds part early", "docs/results.md",
                 f"(seed 1 - seed 0: {pm(ev.diff('rl-s1-2048', 'rl-s0-2048'))} at 1x, "
                 f"{pm(ev.diff('rl-s1-8192', 'rl-s0-8192'))} at 4x)")

@@ -37,7 +37,7 @@ MODELS="cot-bc bc"; bc_dir() { case $1 in bc) echo "$DEMO/bc" ;; cot-bc) echo "$
 if [ "$STEPS" != 300 ]; then
   MODELS="$MODELS cot-bc$STEPS"
   [ -s "$OUT/cot/bc$STEPS/hf/config.json" ] || { stage "BC of the base on the long-thought log, $STEPS steps"
-    bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc$STEPS" "$STEPS" short "$BASE" 1e-3 --no-only-successes; }
+    bc "$OUT/cot/demos.jsonl" "$OUT/cot/bc$STEPS" "$STEPS" short "$BASE" "$BC_DEMO_LR" --no-only-successes; }
 fi
 for m in $MODELS; do paper_eval "$SET/$m" "$m=$(bc_dir "$m")/hf" 50; done
 stage "one table: $MODELS at $NEW tokens (held-out pages, paired)"

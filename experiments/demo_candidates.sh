@@ -27,7 +27,7 @@ DEMOS=$(wc -l < "$OUT/demos.jsonl")
 STEPS=$(( (150 * DEMOS + 80) / 160 ))
 
 stage "2/3 behavior cloning of $BASE on $DEMOS demonstrations: $STEPS steps at lr 1e-3"
-bc "$OUT/demos.jsonl" "$OUT/bc" "$STEPS" short "$BASE" 1e-3
+bc "$OUT/demos.jsonl" "$OUT/bc" "$STEPS" short "$BASE" "$BC_DEMO_LR"
 
 stage "3/3 greedy success on validation pages ($VAL per task, seeds 500000..)"
 $PY eval.py --temperature 0 --model "bc=$OUT/bc/hf" --tasks "$CANDIDATES" --episodes "$VAL" --seed-start 500000 --prompt short \

@@ -59,7 +59,7 @@ print(f"{d:+.1f} +- {se:.1f}", "yes" if d >= se else "no")' "$dir/results.json" 
 # bc_valid N S: BC of S steps on N demonstrations per task (trained once, timed) and its validation evaluation
 bc_valid() {
   [ -s "$OUT/n$1/bc$2/hf/config.json" ] || { stage "BC $2 on $1 demonstrations per task"
-    timed "bc-n$1-s$2" bc "$OUT/n$1/demos.jsonl" "$OUT/n$1/bc$2" "$2" short "$BASE" 1e-3; }
+    timed "bc-n$1-s$2" bc "$OUT/n$1/demos.jsonl" "$OUT/n$1/bc$2" "$2" short "$BASE" "$BC_DEMO_LR"; }
   paper_eval "$OUT/valid/n$1-s$2" "n$1-s$2=$OUT/n$1/bc$2/hf" "$VALID" 500000
 }
 

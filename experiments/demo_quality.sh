@@ -57,9 +57,9 @@ bc_stage() {
       # shellcheck disable=SC2086  # the quality flags split into words
       $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/$q/demos.jsonl" ${QUALITY[$q]}; }
     [ -s "$OUT/$q/bc/hf/config.json" ] || { stage "BC 300 on $q (unfiltered)"
-      bc "$OUT/$q/demos.jsonl" "$OUT/$q/bc" 300 short "$BASE" 1e-3 --no-only-successes; }
+      demo_bc "$OUT/$q/demos.jsonl" "$OUT/$q/bc" --no-only-successes; }
     if twin "$q" && [ ! -s "$OUT/$q-f/bc/hf/config.json" ]; then stage "BC 300 on $q, successes only"
-      bc "$OUT/$q/demos.jsonl" "$OUT/$q-f/bc" 300 short "$BASE" 1e-3
+      demo_bc "$OUT/$q/demos.jsonl" "$OUT/$q-f/bc"
     fi
   done
   for q in "${@:-${FILES[@]}}"; do

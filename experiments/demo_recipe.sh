@@ -48,9 +48,9 @@ bc_stage() {
   [ -s "$OUT/demos.jsonl" ] || { stage "demonstrations: 20 per task, --mistakes 0.5 (the unfiltered log)"
     $PY demos.py --tasks "$TASKS" --episodes 20 --mistakes 0.5 --out "$OUT/demos.jsonl"; }
   [ -s "$OUT/bc/hf/config.json" ] || { stage "BC 300 on the log, unfiltered"
-    bc "$OUT/demos.jsonl" "$OUT/bc" 300 short "$BASE" 1e-3 --no-only-successes; }
+    demo_bc "$OUT/demos.jsonl" "$OUT/bc" --no-only-successes; }
   [ -s "$OUT/bc-f/hf/config.json" ] || { stage "BC 300 on the log, successes only"
-    bc "$OUT/demos.jsonl" "$OUT/bc-f" 300 short "$BASE" 1e-3; }
+    demo_bc "$OUT/demos.jsonl" "$OUT/bc-f"; }
   sha256sum "$OUT"/bc/hf/model.safetensors "$OUT"/bc-f/hf/model.safetensors
   paper_eval "$OUT/valid/bc" "bc=$OUT/bc/hf" "$VALID" 500000
   paper_eval "$OUT/valid/bc-f" "bc-f=$OUT/bc-f/hf" "$VALID" 500000

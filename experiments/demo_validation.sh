@@ -24,7 +24,7 @@ mkdir -p "$OUT"
 [ -d "$OUT/$RL_NAME/hf" ] || { stage "M-GRPO from the 150-step BC: $RL_STEPS steps of $B x G=$G ${VAL_RL_ARGS:-}"
   rl "$OUT/bc/hf" "$OUT/$RL_NAME" "$RL_STEPS" "$NEW" ${VAL_RL_ARGS:-}; }
 [ -d "$OUT/bc300/hf" ] || { stage "BC continued: 300 steps at lr 1e-3"
-  bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
+  demo_bc "$OUT/demos.jsonl" "$OUT/bc300"; }
 
 MODELS="base=$BASE,bc=$OUT/bc/hf,bc300=$OUT/bc300/hf"
 for run in "$OUT"/rl*/hf; do MODELS="$MODELS,$(basename "$(dirname "$run")")=$run"; done

@@ -50,7 +50,7 @@ for stage_name in $STAGES; do
     filtered) [ -s "$OUT/filtered/hf/config.json" ] || { stage "make demo's log filtered to successes: BC of the base"
                 # shellcheck disable=SC2086  # the demonstrator's flags split into words
                 $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl" $DEMO_LOG_FLAGS
-                bc "$OUT/demos.jsonl" "$OUT/filtered" 300 short "$BASE" 1e-3; }
+                demo_bc "$OUT/demos.jsonl" "$OUT/filtered"; }
               fresh_eval bc-filtered "$OUT/filtered/hf" ;;
     *) echo "unknown stage $stage_name (ref r1zero filtered)" >&2; exit 2 ;;
   esac

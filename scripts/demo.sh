@@ -35,7 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # TASKS, SATURATED_TASKS, MODEL, BASE, RL_DEMO_*, stage, bc, rl
 TASKS=${DEMO_TASKS:-$TASKS}
-BC_DEFAULT=300; RL_DEFAULT=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G; RL_FLAGS=${DEMO_RL_FLAGS-$RL_DEMO_FLAGS}
+BC_DEFAULT=$BC_DEMO_STEPS; RL_DEFAULT=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G; RL_FLAGS=${DEMO_RL_FLAGS-$RL_DEMO_FLAGS}
 [ -n "${DEMO_TASKS:-}" ] && IN_PLACE=""   # pages restarted in place only on the demo's own tasks (demo_common.sh)
 DATA=log
 if [ "$TASKS" = saturated ]; then   # set but empty DEMO_RL_FLAGS: the rl function's own settings (lr 1e-4)
@@ -63,7 +63,7 @@ EPISODES=${DEMO_EPISODES:-$EPISODES}; BC_STEPS=${DEMO_BC_STEPS:-$BC_STEPS}; EVAL
 SAMPLES=${DEMO_SAMPLES:-$SAMPLES}
 RL_STEPS=${DEMO_RL_STEPS:-$RL_STEPS}; B=${DEMO_B:-$B}; G=${DEMO_G:-$G}
 [ "$SIZE" = smoke ] && RL_FLAGS="$RL_FLAGS --eval-pages 1"      # its in-run check on one page per task
-BC_LR=${DEMO_BC_LR:-1e-3}
+BC_LR=${DEMO_BC_LR:-$BC_DEMO_LR}
 mkdir -p "$OUT"
 
 stage "1/4 demonstrations ($DATA): $EPISODES episodes per task (demos.py $DEMOS_FLAGS)"

@@ -20,6 +20,9 @@ RL_DEMO_STEPS=32; RL_DEMO_B=8; RL_DEMO_G=8
 # costs ~10 minutes of this 2-core box: make demo took 52 minutes with K = 2 (a slow hour; docs/results.md)
 EVAL_SAMPLES=2
 RL_DEMO_FLAGS="--lr 1e-4 --warmup-steps 4 --micro-batch 16 --eval-every 8 --eval-pages 3"
+# make demo's BC (the bc function below, from $BASE): 300 steps at lr 1e-3, fixed on validation pages (docs/history.md,
+# "Issue 32" and "Issue 68"; converged: 600 steps scored -2.1 +- 3.5 against it)
+BC_DEMO_STEPS=300; BC_DEMO_LR=1e-3
 # make demo's data since issue 68 (DEMO_DATA=log): a demonstrator's unfiltered log, about half of its episodes
 # carrying a failing mistake (the decisive action on another element, or taken early), cloned as logged
 DEMO_LOG_FLAGS="--mistakes 0.5"
@@ -49,6 +52,8 @@ bc() {
     --micro-batch "$BC_BATCH" --forward-batch 1 --lr "${6:-2e-3}" --warmup-frac 0.05 --prompt "$4" \
     --torch-threads 0 "${@:7}"
 }
+# demo_bc DEMOS OUT [FLAGS...]: make demo's BC of $BASE on DEMOS into OUT (FLAGS: e.g. --no-only-successes)
+demo_bc() { bc "$1" "$2" "$BC_DEMO_STEPS" short "$BASE" "$BC_DEMO_LR" "${@:3}"; }
 
 # rl INIT OUT STEPS NEW [FLAGS...]: M-GRPO on $TASKS, $B tasks x G=$G per step, <= $TURNS interactions, lr 1e-4 (the
 # saturated demo's; FLAGS: more train_mgrpo flags, which win over these, e.g. --lr 1e-5 as make demo passes)
@@ -129,7 +134,7 @@ valid_table() {
 valid_runs() {
   [ -s "$BC/config.json" ] || { stage "expert demonstrations and BC 300 (make demo's recipe)"
     $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl"
-    bc "$OUT/demos.jsonl" "$OUT/bc300" 300 short "$BASE" 1e-3; }
+    demo_bc "$OUT/demos.jsonl" "$OUT/bc300"; }
   valid_eval "$OUT/evals" bc300 "$BC"
   local name s reuse="$OUT/evals/bc300"
   for name in "${ORDER[@]}"; do

@@ -49,7 +49,7 @@ SIZE=${FINDINGS_SIZE:-default}
 OUTCOMES=${FINDINGS_OUTCOMES:-}
 
 # make demo's budgets (scripts/demo.sh), its size's
-SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=300; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
+SEEDS="0 1 2"; LOGIN_SEEDS="0 1 2 3 4"; EPISODES=20; BC_STEPS=$BC_DEMO_STEPS; RL_STEPS=$RL_DEMO_STEPS; B=$RL_DEMO_B; G=$RL_DEMO_G
 NEW=64; TEST=50
 # R1-CoT's new tokens a turn: above the longest long-thought response of make demo's log (294 tokens of the tiny
 # tokenizer, 206 at the median); the plan's 192 cut 236 of its 378 (docs/history.md, "R1-CoT: what holds")
@@ -97,7 +97,7 @@ variant_bc() {
   mkdir -p "$dir"
   # shellcheck disable=SC2086  # the flags split into words
   $PY demos.py --tasks "$TASKS" --episodes "$EPISODES" --out "$dir/demos.jsonl" $DEMO_LOG_FLAGS "${@:3}"
-  bc "$dir/demos.jsonl" "$dir/bc" "$BC_STEPS" "$prompt" "$BASE" 1e-3 --no-only-successes
+  bc "$dir/demos.jsonl" "$dir/bc" "$BC_STEPS" "$prompt" "$BASE" "$BC_DEMO_LR" --no-only-successes
 }
 
 # the BC + M-GRPO model of reference seed S (seed 0: make demo's)
@@ -172,7 +172,7 @@ filtered_stage() {
     || echo "$DEMO cloned demonstrations without mistakes (DEMO_DATA=clean?): not a log filtered" >&2
   [ -s "$OUT/filtered/eval/results.json" ] || {
     stage "make demo's log ($DEMO/demos.jsonl) filtered to successes: BC of $BASE"
-    bc "$DEMO/demos.jsonl" "$OUT/filtered/bc" "$BC_STEPS" short "$BASE" 1e-3
+    bc "$DEMO/demos.jsonl" "$OUT/filtered/bc" "$BC_STEPS" short "$BASE" "$BC_DEMO_LR"
     paper_eval "$OUT/filtered/eval" "bc-filtered=$OUT/filtered/bc/hf" "$TEST"; }
   # the filtered BC first, so that each of make demo's rows is paired against it (rl - bc-filtered)
   rm -rf "$OUT/filtered/table"

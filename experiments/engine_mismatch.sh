@@ -25,8 +25,8 @@
 # RL is the float32 arm's seed 0 and its evaluation gives the base and BC rows; elsewhere the BC is evaluated and
 # the float32 arm's seed 0 run like the others (make demo is not run).
 #
-# A run's episodes are merged into EVIDENCE by run name, replacing that run's: a later sitting passes only the
-# seeds not kept yet (seed 0 of every arm is, from 2026-12-02).
+# A run's episodes are merged into EVIDENCE by run name, replacing that run's, and its metrics copied beside them: a
+# later sitting passes only the seeds not kept yet (seed 0 of every arm is, from 2026-12-02).
 #
 #   MISMATCH_OUT=runs/mismatch SEEDS="1 2" bash experiments/engine_mismatch.sh
 set -euo pipefail
@@ -36,6 +36,7 @@ DEMO=${DEMO_OUT:-runs/demo}; OUT=${MISMATCH_OUT:-runs/mismatch}; SEEDS=${SEEDS:-
 BC=${MISMATCH_BC:-experiments/evidence/reference_bc}
 # every arm's episodes (the first pair's, from the other BC, are issue86_engine_mismatch_outcomes.jsonl.gz)
 EVIDENCE=${MISMATCH_EVIDENCE:-experiments/evidence/issue86_arms_outcomes.jsonl.gz}
+METRICS=$(dirname "$EVIDENCE")           # and each run's metrics.jsonl, as issue86_refbc_<arm>-s<seed>_metrics.jsonl
 B=$RL_DEMO_B; G=$RL_DEMO_G; NEW=64; TEST=50
 declare -A ARM=([f32]="--rollout-correction none" [bf16-none]="--engine-dtype bfloat16 --rollout-correction none"
                 [bf16-tis]="--engine-dtype bfloat16 --rollout-correction tis")
@@ -47,11 +48,14 @@ fi
 runs=""
 for seed in $SEEDS; do
   for arm in f32 bf16-none bf16-tis; do
-    if [ "$arm$seed" = f320 ] && [ -n "$demo_rl" ]; then runs="$runs $demo_rl"; continue; fi
     run=$arm-s$seed
+    if [ "$run" = f32-s0 ] && [ -n "$demo_rl" ]; then   # make demo's RL: evaluated already
+      runs="$runs $demo_rl"; cp "$demo_rl/metrics.jsonl" "$METRICS/issue86_refbc_${run}_metrics.jsonl"; continue
+    fi
     [ -s "$OUT/$run/hf/config.json" ] || { stage "M-GRPO from the reference BC: $run (${ARM[$arm]})"
       # shellcheck disable=SC2086  # the arm's flags split into words
       seeded_rl "$BC" "$OUT/$run" "$RL_DEMO_STEPS" "$NEW" "$seed" ${ARM[$arm]}; }   # (until 9523ea1: --save-every 8)
+    cp "$OUT/$run/metrics.jsonl" "$METRICS/issue86_refbc_${run}_metrics.jsonl"   # kept beside its episodes
     paper_eval "$OUT/test/$run" "$run=$OUT/$run/hf" "$TEST"
     reuse="$reuse,$OUT/test/$run"; runs="$runs $OUT/$run"
     # shellcheck disable=SC2086  # the directories split into words

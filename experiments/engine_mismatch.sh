@@ -26,7 +26,7 @@
 # the float32 arm's seed 0 run like the others (make demo is not run).
 #
 # A run's episodes are merged into EVIDENCE by run name, replacing that run's, and its metrics copied beside them: a
-# later sitting passes only the seeds not kept yet (seed 0 of every arm is, from 2026-12-02).
+# later sitting passes only the seeds not kept yet (seeds 0-2 of every arm are, from 2026-12-02: the plan is done).
 #
 #   MISMATCH_OUT=runs/mismatch SEEDS="1 2" bash experiments/engine_mismatch.sh
 set -euo pipefail

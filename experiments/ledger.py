@@ -189,6 +189,23 @@ def engine_mismatch(ev: Outcomes, rows: dict[str, tuple[str, str]], seeds: bool)
                     + mismatch_cells(metrics))
 
 
+def mismatch_by_seed(arms: Outcomes) -> Iterator[Claim]:
+    """Issue 86's rule over the seeds whose three arms are kept: bf16 without a correction against float32, and TIS
+    against no correction, each seed's paired difference and (two seeds or more) their mean's 95% t-interval."""
+    done = sorted(int(run.rsplit("-s", 1)[1]) for run in arms.by_run if run.startswith("bf16-tis-s"))
+    f32 = ["rl" if s == 0 else f"f32-s{s}" for s in done]          # make demo's RL is the float32 arm's seed 0
+    for dec, label in ((T1, "T = 1"), (GREEDY, "greedy")):
+        none = [arms.diff(f"bf16-none-s{s}", f, dec)[0] for s, f in zip(done, f32)]
+        tis = [arms.diff(f"bf16-tis-s{s}", f"bf16-none-s{s}", dec)[0] for s in done]
+        tis_f32 = [arms.diff(f"bf16-tis-s{s}", f, dec)[0] for s, f in zip(done, f32)]
+        mean = (lambda v: f" (mean {interval(v)})") if len(done) > 1 else (lambda v: "")
+        text = (f"{label}, seeds {', '.join(map(str, done))}: bf16 - float32 {seeds(none)}{mean(none)}; "
+                f"TIS - none {seeds(tis)}{mean(tis)}; TIS - float32 {seeds(tis_f32)}{mean(tis_f32)}")
+        yield Claim(f"engine mismatch by seed, {label}", "docs/training.md", text)
+        if dec == T1:
+            yield Claim("engine mismatch by seed, results", "docs/results.md", text)
+
+
 def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
     """docs/results.md's findings table, the rows whose episodes issue 70 kept (its 2026-11-30 run)."""
     test = ev["test"]
@@ -296,7 +313,7 @@ def claims() -> list[Claim]:
                Claim("engine mismatch, TIS against none, seed 0", "docs/training.md",
                      f"TIS - none {pm(tis)} at T = 1 ({abs(tis[0] / tis[1]):.1f} SE; greedy {pm(tis_g)})")]
     return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"], first_pair, False),
-            *engine_mismatch(arms, from_reference, True), *reading, *findings(issue70),
+            *engine_mismatch(arms, from_reference, True), *reading, *mismatch_by_seed(arms), *findings(issue70),
             *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json"))]
 
 

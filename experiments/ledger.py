@@ -175,13 +175,18 @@ def mismatch_cells(metrics: str) -> str:
             f"{f'{100 * outside:.1f}%' if outside else '0'} | {rows[-1]['train/kl']:.2g} |")
 
 
+def float32_run(seed: int) -> str:
+    """The float32 arm's run of ``seed`` in issue 86's evidence: make demo's RL ("rl") is its seed 0."""
+    return "rl" if seed == 0 else f"f32-s{seed}"
+
+
 def engine_mismatch(ev: Outcomes, rows: dict[str, tuple[str, str]], seeds: bool) -> Iterator[Claim]:
     """Issue 86, item 5: each arm against the float32 arm of its seed, paired by page (``rows``: run -> its label
     and its metrics file; the float32 run of seed 0 is "rl", make demo's; with ``seeds`` the table has a seed
     column)."""
     for run, (label, metrics) in rows.items():
         seed = 0 if run == "rl" else int(run.rsplit("-s", 1)[1])
-        f32 = "rl" if seed == 0 else f"f32-s{seed}"
+        f32 = float32_run(seed)
         (t1, _), (g, _) = ev.rate(run), ev.rate(run, GREEDY)
         vs, vs_g = ("", "") if run == f32 else (pm(ev.diff(run, f32)), pm(ev.diff(run, f32, GREEDY)))
         yield Claim(f"engine mismatch, {run}{' (reference BC)' if seeds else ''}", "docs/training.md",
@@ -190,10 +195,11 @@ def engine_mismatch(ev: Outcomes, rows: dict[str, tuple[str, str]], seeds: bool)
 
 
 def mismatch_by_seed(arms: Outcomes) -> Iterator[Claim]:
-    """Issue 86's rule over the seeds whose three arms are kept: bf16 without a correction against float32, and TIS
-    against no correction, each seed's paired difference and (two seeds or more) their mean's 95% t-interval."""
+    """Issue 86's rule over the seeds whose three arms are kept: bf16 without a correction against float32, TIS
+    against no correction and against float32, each seed's paired difference and (two seeds or more) their mean's
+    95% t-interval."""
     done = sorted(int(run.rsplit("-s", 1)[1]) for run in arms.by_run if run.startswith("bf16-tis-s"))
-    f32 = ["rl" if s == 0 else f"f32-s{s}" for s in done]          # make demo's RL is the float32 arm's seed 0
+    f32 = [float32_run(s) for s in done]
     for dec, label in ((T1, "T = 1"), (GREEDY, "greedy")):
         none = [arms.diff(f"bf16-none-s{s}", f, dec)[0] for s, f in zip(done, f32)]
         tis = [arms.diff(f"bf16-tis-s{s}", f"bf16-none-s{s}", dec)[0] for s in done]

@@ -12,7 +12,8 @@
 #   filtered  make demo's log (demos.py, deterministic: the same episodes on every machine) filtered to its
 #             successes, BC of the base by make demo's recipe (the practitioner's fix the reference is measured against)
 # After each evaluation its episodes join FRESH_EVIDENCE (experiments/ledger.py --keep: run, task, page, sample,
-# decoding, success, interactions), so a sitting that stops keeps what it finished; a stage resumes at its first
+# decoding, success, interactions), and each M-GRPO run's metrics.jsonl is copied beside it as it finishes
+# (issue87_<run>_metrics.jsonl), so a sitting that stops keeps what it finished; a stage resumes at its first
 # missing step (an M-GRPO run at its last checkpoint, every 4 steps). ~20 min an M-GRPO seed and ~10 an evaluation
 # on the 2-core box: ref and r1zero ~5 hours together.
 #
@@ -39,6 +40,7 @@ fresh_seeds() {
   for s in $SEEDS; do
     [ -s "$OUT/$2-s$s/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $s"
       seeded_rl "$1" "$OUT/$2-s$s" "$STEPS" "$NEW" "$s"; }
+    cp "$OUT/$2-s$s/metrics.jsonl" "$(dirname "$EVIDENCE")/issue87_$2-s${s}_metrics.jsonl"
     fresh_eval "$2-s$s" "$OUT/$2-s$s/hf"
   done
 }

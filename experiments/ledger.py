@@ -29,7 +29,8 @@ from typing import Iterator, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from eval_stats import across_seeds, page_values, paired, read_outcomes, stderr, write_outcomes  # noqa: E402
+from eval_stats import (across_seeds, page_values, paired, read_outcomes, solved_within, stderr,  # noqa: E402
+                        write_outcomes)
 
 EVIDENCE = ROOT / "experiments" / "evidence"
 T1, GREEDY = "T = 1", "greedy"
@@ -301,6 +302,56 @@ def exchange(ev: Outcomes) -> Iterator[Claim]:
                 f"BC on 160 per task adds {pm(ev.diff('n160', 'n80'))} over 80 (paired)")
 
 
+def within(ev: Outcomes, budget: int) -> Outcomes:
+    """The same episodes read at a smaller interaction budget: success within ``budget`` (eval_stats.solved_within:
+    what a run at that budget gives, issue 70's 4,800 of 4,800)."""
+    return Outcomes([dict(r, success=solved_within(r, budget)) for rows in ev.by_run.values() for r in rows])
+
+
+def fresh(ev12: Outcomes) -> Iterator[Claim]:
+    """Issue 87's runs on the fresh pages (env.FINDINGS_SEEDS, 12 interactions kept), over the seeds kept so far:
+    every model at make demo's budget (6) at T = 1 and greedy, paired with what it is measured against (the BC
+    with the base, each M-GRPO seed of the reference with the BC, R1-Zero with the reference of its seed, the
+    filtered BC with the BC), and its budget 12 against 2; then each comparison by seed with the mean's 95%
+    t-interval. The plan's verdict on R1-Zero (that interval below 0) is written once its 5 seeds are in."""
+    ev = within(ev12, 6)
+    ref = sorted(int(r.rsplit("-s", 1)[1]) for r in ev.by_run if r.startswith("rl-s"))
+    zero = [s for s in ref if f"r1zero-s{s}" in ev.by_run]
+    filtered = "bc-filtered" in ev.by_run
+    vs = {"base": None, "bc": "base", "bc-filtered": "bc", **{f"rl-s{s}": "bc" for s in ref},
+          **{f"r1zero-s{s}": f"rl-s{s}" for s in zero}}
+    for run in [r for r in ("base", "bc", "bc-filtered") if r in ev.by_run] + [f"rl-s{s}" for s in ref] + \
+            [f"r1zero-s{s}" for s in zero]:
+        (rate, se), paired_cell = ev.rate(run), f"{run} - {vs[run]} {pm(ev.diff(run, vs[run]))}" if vs[run] else ""
+        yield Claim(f"fresh pages, {run}", "docs/history.md",
+                    f"| {run} | {rate:.1f} +- {se:.1f} | {paired_cell} | {ev.rate(run, GREEDY)[0]:.1f} | "
+                    f"{pm(budget_gain(ev12, run))} |")
+    comparisons = [("RL - BC", "rl-s{}", "bc", ref), ("R1-Zero - reference", "r1zero-s{}", "rl-s{}", zero),
+                   ("R1-Zero - base", "r1zero-s{}", "base", zero)]
+    comparisons += [("RL - filtered BC", "rl-s{}", "bc-filtered", ref)] if filtered else []
+    for label, a, b, runs in comparisons:
+        for dec in (T1, GREEDY) if runs else ():
+            d = [ev.diff(a.format(s), b.format(s), dec)[0] for s in runs]
+            mean = f" (mean {interval(d)})" if len(runs) > 1 else ""
+            yield Claim(f"fresh pages, {label}, {dec}", "docs/history.md",
+                        f"{label}{' at T = 1' if dec == T1 else ', greedy'}, seeds {', '.join(map(str, runs))}: "
+                        f"{seeds(d)}{mean}")
+    if len(zero) == 5:   # the plan's rule: R1-Zero - reference at T = 1, its mean's 95% interval below 0
+        d = [ev.diff(f"r1zero-s{s}", f"rl-s{s}")[0] for s in zero]
+        m, _, h = across_seeds(d)
+        yield Claim("fresh pages, R1-Zero's verdict", "docs/results.md",
+                    f"R1-Zero - reference {interval(d)}: {'reproduces' if m + h < 0 else 'does not reproduce'}")
+
+
+def budget_gain(ev12: Outcomes, run: str) -> tuple[float, float]:
+    """A model's success within 12 interactions minus within 2, at T = 1, paired by page (issue 70's rule: above 0
+    at >= 2 SE)."""
+    at = {b: within(ev12, b).episodes(run, T1) for b in (2, 12)}
+    both = [dict(r, run="12") for r in at[12]] + [dict(r, run="2") for r in at[2]]
+    d = paired(both, ["2", "12"])["12 - 2"]
+    return 100 * d["diff"], 100 * d["stderr"]
+
+
 def claims() -> list[Claim]:
     issue70, issue86 = load("issue70_outcomes.jsonl.gz"), load("issue86_engine_mismatch_outcomes.jsonl.gz")
     first_pair = {"rl": ("float32 engine (make demo's)", "issue86_f32-s0_metrics.jsonl"),
@@ -320,7 +371,8 @@ def claims() -> list[Claim]:
                      f"TIS - none {pm(tis)} at T = 1 ({abs(tis[0] / tis[1]):.1f} SE; greedy {pm(tis_g)})")]
     return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"], first_pair, False),
             *engine_mismatch(arms, from_reference, True), *reading, *mismatch_by_seed(arms), *findings(issue70),
-            *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json"))]
+            *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json")),
+            *fresh(load("issue87_outcomes.jsonl.gz")["test"])]
 
 
 #: Findings written in the docs whose per-page outcomes were not kept: not re-derivable from evidence/ until

@@ -11,12 +11,13 @@ import ledger  # noqa: E402
 
 def test_every_claim_is_written_as_the_evidence_gives_it():
     results = ledger.check()
-    assert len(results) >= 40 and {c.doc for c, _ in results} == {"README.md", "docs/results.md", "docs/training.md"}
+    assert len(results) >= 40 and {c.doc for c, _ in results} == {"README.md", "docs/results.md", "docs/training.md",
+                                                                   "docs/history.md"}
     assert [c.name for c, found in results if not found] == []
 
 
 def test_a_number_edited_by_hand_fails(tmp_path):
-    for doc in ("README.md", "docs/results.md", "docs/training.md"):
+    for doc in {c.doc for c in ledger.claims()}:
         (tmp_path / doc).parent.mkdir(exist_ok=True)
         shutil.copy(ROOT / doc, tmp_path / doc)
     results = tmp_path / "docs" / "results.md"
@@ -79,3 +80,22 @@ def test_keep_merges_finished_evaluations_into_the_evidence(tmp_path):
     rows = read_outcomes(kept)[1]
     assert sorted((r["run"], r["success"]) for r in rows) == [("bc", False), ("bc", True), ("rl-s0", False),
                                                               ("rl-s0", False)]
+
+
+def test_fresh_pages_rows_and_the_r1zero_rule():
+    """Issue 87's fresh-page claims on made-up outcomes: budget 6 read from 12-interaction episodes, each seed
+    paired, and the plan's verdict on R1-Zero only with its 5 seeds (below 0: reproduces; at 0: does not)."""
+    def rows(run, solved):         # 40 pages x 2 samples at T = 1 and one greedy; page p solved iff solved(p)
+        return [{"run": run, "task": "miniwob/t", "seed": p, "sample": k, "decoding": dec, "success": solved(p),
+                 "num_steps": 8 if p % 5 == 0 else 3}
+                for p in range(40) for dec, n in ((ledger.T1, 2), (ledger.GREEDY, 1)) for k in range(n)]
+    base = rows("base", lambda p: p < 10) + rows("bc", lambda p: p < 20)
+    for zero_solves, verdict in ((12, "reproduces"), (30, "does not reproduce")):
+        runs = base + [r for s in range(5) for r in rows(f"rl-s{s}", lambda p, s=s: p < 30 + (s % 2))
+                       + rows(f"r1zero-s{s}", lambda p, s=s: p < zero_solves + s)]
+        claims = {c.name: c.text for c in ledger.fresh(ledger.Outcomes(runs))}
+        assert claims["fresh pages, base"].startswith("| base | 20.0 +- ")      # pages 0, 5: after 6 interactions
+        assert claims["fresh pages, rl-s0"].split(" | ")[2].startswith("rl-s0 - bc +")
+        assert claims["fresh pages, R1-Zero's verdict"].endswith(": " + verdict)
+    three = [r for r in runs if not r["run"].endswith(("-s3", "-s4"))]
+    assert not any("verdict" in c.name for c in ledger.fresh(ledger.Outcomes(three)))

@@ -334,8 +334,8 @@ def fresh(ev12: Outcomes) -> Iterator[Claim]:
             d = [ev.diff(a.format(s), b.format(s), dec)[0] for s in runs]
             mean = f" (mean {interval(d)})" if len(runs) > 1 else ""
             yield Claim(f"fresh pages, {label}, {dec}", "docs/history.md",
-                        f"{label}{' at T = 1' if dec == T1 else ', greedy'}, seeds {', '.join(map(str, runs))}: "
-                        f"{seeds(d)}{mean}")
+                        f"{label}{' at T = 1' if dec == T1 else ', greedy'}, seed{'s' * (len(runs) > 1)} "
+                        f"{', '.join(map(str, runs))}: {seeds(d)}{mean}")
     if len(zero) == 5:   # the plan's rule: R1-Zero - reference at T = 1, its mean's 95% interval below 0
         d = [ev.diff(f"r1zero-s{s}", f"rl-s{s}")[0] for s in zero]
         m, _, h = across_seeds(d)

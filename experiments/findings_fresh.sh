@@ -14,8 +14,9 @@
 # After each evaluation its episodes join FRESH_EVIDENCE (experiments/ledger.py --keep: run, task, page, sample,
 # decoding, success, interactions), and each M-GRPO run's metrics.jsonl is copied beside it as it finishes
 # (issue87_<run>_metrics.jsonl), so a sitting that stops keeps what it finished; a stage resumes at its first
-# missing step (an M-GRPO run at its last checkpoint, every 4 steps). ~20 min an M-GRPO seed and ~10 an evaluation
-# on the 2-core box: ref and r1zero ~5 hours together.
+# missing step (an M-GRPO run at its last checkpoint, every 4 steps), and a model whose episodes are in
+# FRESH_EVIDENCE is skipped (a sitting on a new machine goes on where the committed evidence ends). ~20 min an
+# M-GRPO seed and ~10 an evaluation on the 2-core box: ref and r1zero ~5 hours together.
 #
 #   FRESH_OUT=runs/fresh STAGES="ref r1zero filtered" SEEDS="0 1 2 3 4" bash experiments/findings_fresh.sh
 set -euo pipefail
@@ -29,8 +30,15 @@ NEW=64; FRESH=2000000; PAPER_STEPS=2,4,6,8,12
 TEST=${FRESH_PAGES:-50}; STEPS=${FRESH_RL_STEPS:-$RL_DEMO_STEPS}; B=${FRESH_B:-$RL_DEMO_B}; G=${FRESH_G:-$RL_DEMO_G}
 mkdir -p "$OUT/test"
 
+# kept NAME: whether NAME's episodes are in the evidence already (an earlier sitting's, perhaps on another machine,
+# whose runs/ is gone): its model is then neither trained nor evaluated again
+kept() {
+  [ -s "$EVIDENCE" ] && [ ! -d "$OUT/test/$1" ] && [ "$(zcat "$EVIDENCE" | grep -c "^{\"run\": \"$1\",")" -gt 0 ]
+}
+
 # fresh_eval NAME PATH: one model on the fresh pages into $OUT/test/NAME, then every finished evaluation kept
 fresh_eval() {
+  kept "$1" && { echo "$1: its episodes are in $EVIDENCE already"; return; }
   paper_eval "$OUT/test/$1" "$1=$2" "$TEST" "$FRESH"
   $PY experiments/ledger.py --keep "$EVIDENCE" "$OUT"/test/*/
 }
@@ -38,6 +46,7 @@ fresh_eval() {
 fresh_seeds() {
   local s
   for s in $SEEDS; do
+    kept "$2-s$s" && { echo "$2-s$s: its episodes are in $EVIDENCE already"; continue; }
     [ -s "$OUT/$2-s$s/hf/config.json" ] || { stage "M-GRPO $2 from $1, seed $s"
       seeded_rl "$1" "$OUT/$2-s$s" "$STEPS" "$NEW" "$s"; }
     cp "$OUT/$2-s$s/metrics.jsonl" "$(dirname "$EVIDENCE")/issue87_$2-s${s}_metrics.jsonl"
@@ -49,7 +58,8 @@ for stage_name in $STAGES; do
   case "$stage_name" in
     ref)      fresh_eval base "$BASE"; fresh_eval bc "$BC"; fresh_seeds "$BC" rl ;;
     r1zero)   fresh_seeds "$BASE" r1zero ;;
-    filtered) [ -s "$OUT/filtered/hf/config.json" ] || { stage "make demo's log filtered to successes: BC of the base"
+    filtered) kept bc-filtered || [ -s "$OUT/filtered/hf/config.json" ] || {
+                stage "make demo's log filtered to successes: BC of the base"
                 # shellcheck disable=SC2086  # the demonstrator's flags split into words
                 $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl" $DEMO_LOG_FLAGS
                 demo_bc "$OUT/demos.jsonl" "$OUT/filtered"; }
@@ -57,6 +67,7 @@ for stage_name in $STAGES; do
     *) echo "unknown stage $stage_name (ref r1zero filtered)" >&2; exit 2 ;;
   esac
 done
+ls -d "$OUT"/test/*/ >/dev/null 2>&1 || exit 0      # every model's episodes kept by earlier sittings
 reuse=$(ls -d "$OUT"/test/*/ | paste -sd, -)
 stage "one table of every model evaluated so far (fresh pages, paired by page): $OUT/table"
 paper_table "$reuse" "$OUT/table" "$TEST" "$FRESH"

@@ -314,7 +314,7 @@ def fresh(ev12: Outcomes) -> Iterator[Claim]:
     with the base, each M-GRPO seed of the reference with the BC, R1-Zero with the reference of its seed, the
     filtered BC with the BC), and its budget 12 against 2; then each comparison by seed with the mean's 95%
     t-interval. The plan's verdict on R1-Zero (that interval below 0) is written once its 5 seeds are in."""
-    ev = within(ev12, 6)
+    ev, at2, at12 = within(ev12, 6), within(ev12, 2), within(ev12, 12)
     ref = sorted(int(r.rsplit("-s", 1)[1]) for r in ev.by_run if r.startswith("rl-s"))
     zero = [s for s in ref if f"r1zero-s{s}" in ev.by_run]
     filtered = "bc-filtered" in ev.by_run
@@ -325,7 +325,7 @@ def fresh(ev12: Outcomes) -> Iterator[Claim]:
         (rate, se), paired_cell = ev.rate(run), f"{run} - {vs[run]} {pm(ev.diff(run, vs[run]))}" if vs[run] else ""
         yield Claim(f"fresh pages, {run}", "docs/history.md",
                     f"| {run} | {rate:.1f} +- {se:.1f} | {paired_cell} | {ev.rate(run, GREEDY)[0]:.1f} | "
-                    f"{pm(budget_gain(ev12, run))} |")
+                    f"{pm(budget_gain(at2, at12, run))} |")
     comparisons = [("RL - BC", "rl-s{}", "bc", ref), ("R1-Zero - reference", "r1zero-s{}", "rl-s{}", zero),
                    ("R1-Zero - base", "r1zero-s{}", "base", zero)]
     comparisons += [("RL - filtered BC", "rl-s{}", "bc-filtered", ref)] if filtered else []
@@ -343,13 +343,11 @@ def fresh(ev12: Outcomes) -> Iterator[Claim]:
                     f"R1-Zero - reference {interval(d)}: {'reproduces' if m + h < 0 else 'does not reproduce'}")
 
 
-def budget_gain(ev12: Outcomes, run: str) -> tuple[float, float]:
-    """A model's success within 12 interactions minus within 2, at T = 1, paired by page (issue 70's rule: above 0
-    at >= 2 SE)."""
-    at = {b: within(ev12, b).episodes(run, T1) for b in (2, 12)}
-    both = [dict(r, run="12") for r in at[12]] + [dict(r, run="2") for r in at[2]]
-    d = paired(both, ["2", "12"])["12 - 2"]
-    return 100 * d["diff"], 100 * d["stderr"]
+def budget_gain(at2: Outcomes, at12: Outcomes, run: str) -> tuple[float, float]:
+    """A model's success within 12 interactions minus within 2 (``within``'s two readings), at T = 1, paired by
+    page (issue 70's rule: above 0 at >= 2 SE)."""
+    both = [dict(r, run="12") for r in at12.episodes(run, T1)] + [dict(r, run="2") for r in at2.episodes(run, T1)]
+    return Outcomes(both).diff("12", "2")
 
 
 def claims() -> list[Claim]:

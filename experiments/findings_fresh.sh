@@ -11,6 +11,11 @@
 #   r1zero    the same M-GRPO from the base (assets/tiny-web-base), no BC, seeds SEEDS
 #   filtered  make demo's log (demos.py, deterministic: the same episodes on every machine) filtered to its
 #             successes, BC of the base by make demo's recipe (the practitioner's fix the reference is measured against)
+#   login     the log-in rows, on the site suite's own held-out seeds (it has no MiniWoB pages): make demo-findings'
+#             log-in stage (make demo-suite from the base, seeds 0-4, BC sampled on logged-out validation pages)
+#             with 0 and with 1 logged-out demonstration, each condition's episodes kept in FRESH_LOGIN_EVIDENCE as
+#             the set outK (runs bc, rl-sS, and bc-tT for BC's samples) and each seed's metrics as
+#             issue87_login-outK-sS_metrics.jsonl; a condition runs whole in one sitting (~85 and ~70 min)
 # After each evaluation its episodes join FRESH_EVIDENCE (experiments/ledger.py --keep: run, task, page, sample,
 # decoding, success, interactions), and each M-GRPO run's metrics.jsonl is copied beside it as it finishes
 # (issue87_<run>_metrics.jsonl), so a sitting that stops keeps what it finished; a stage resumes at its first
@@ -18,13 +23,14 @@
 # FRESH_EVIDENCE is skipped (a sitting on a new machine goes on where the committed evidence ends). ~20 min an
 # M-GRPO seed and ~10 an evaluation on the 2-core box: ref and r1zero ~5 hours together.
 #
-#   FRESH_OUT=runs/fresh STAGES="ref r1zero filtered" SEEDS="0 1 2 3 4" bash experiments/findings_fresh.sh
+#   FRESH_OUT=runs/fresh STAGES="ref r1zero filtered login" SEEDS="0 1 2 3 4" bash experiments/findings_fresh.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_common.sh            # PY, TASKS, BASE, RL_DEMO_*, RL_LOG_FLAGS, IN_PLACE, stage, bc, paper_*
-OUT=${FRESH_OUT:-runs/fresh}; STAGES=${STAGES:-ref r1zero filtered}; SEEDS=${SEEDS:-0 1 2 3 4}
+OUT=${FRESH_OUT:-runs/fresh}; STAGES=${STAGES:-ref r1zero filtered login}; SEEDS=${SEEDS:-0 1 2 3 4}
 BC=${FRESH_BC:-experiments/evidence/reference_bc}
 EVIDENCE=${FRESH_EVIDENCE:-experiments/evidence/issue87_outcomes.jsonl.gz}
+LOGIN_EVIDENCE=${FRESH_LOGIN_EVIDENCE:-experiments/evidence/issue87_login_outcomes.jsonl.gz}
 NEW=64; FRESH=2000000; PAPER_STEPS=2,4,6,8,12
 # smaller only to try the script out (FRESH_PAGES=1 FRESH_RL_STEPS=1 FRESH_B=2 FRESH_G=2 SEEDS=0)
 TEST=${FRESH_PAGES:-50}; STEPS=${FRESH_RL_STEPS:-$RL_DEMO_STEPS}; B=${FRESH_B:-$RL_DEMO_B}; G=${FRESH_G:-$RL_DEMO_G}
@@ -54,17 +60,38 @@ fresh_seeds() {
   done
 }
 
+# login_condition K: the log-in stage with K logged-out demonstrations in BC's data, then its episodes kept (BC's
+# held-out evaluation once: every seed evaluates the first seed's BC, greedily), unless they are kept already
+login_condition() {
+  local k=$1 dir=$OUT/login eval s bc=bc=bc, t
+  [ "$k" = 0 ] || dir=$OUT/login-out$k
+  if [ -s "$LOGIN_EVIDENCE" ] && zcat "$LOGIN_EVIDENCE" | grep -q "^{\"set\": \"out$k\", "; then
+    echo "log-in, $k logged-out demonstration(s): its episodes are in $LOGIN_EVIDENCE already"; return
+  fi
+  FINDINGS=login FINDINGS_OUT=$OUT FINDINGS_LOGIN_OUT_DEMOS=$k bash scripts/demo_findings.sh
+  for eval in "$dir"/s*/eval; do
+    s=${eval%/eval}; s=${s##*/s}
+    $PY experiments/ledger.py --keep "$LOGIN_EVIDENCE" "$eval" --set "out$k" --runs "${bc}rl=rl-s$s"
+    bc=""
+    cp "$dir/s$s/rl/metrics.jsonl" "$(dirname "$EVIDENCE")/issue87_login-out$k-s${s}_metrics.jsonl"
+  done
+  for t in "$dir"/explore-t*; do
+    $PY experiments/ledger.py --keep "$LOGIN_EVIDENCE" "$t" --set "out$k" --runs "bc=bc-t${t##*-t}"
+  done
+}
+
 for stage_name in $STAGES; do
   case "$stage_name" in
     ref)      fresh_eval base "$BASE"; fresh_eval bc "$BC"; fresh_seeds "$BC" rl ;;
     r1zero)   fresh_seeds "$BASE" r1zero ;;
+    login)    login_condition 0; login_condition 1 ;;
     filtered) kept bc-filtered || [ -s "$OUT/filtered/hf/config.json" ] || {
                 stage "make demo's log filtered to successes: BC of the base"
                 # shellcheck disable=SC2086  # the demonstrator's flags split into words
                 $PY demos.py --tasks "$TASKS" --episodes 20 --out "$OUT/demos.jsonl" $DEMO_LOG_FLAGS
                 demo_bc "$OUT/demos.jsonl" "$OUT/filtered"; }
               fresh_eval bc-filtered "$OUT/filtered/hf" ;;
-    *) echo "unknown stage $stage_name (ref r1zero filtered)" >&2; exit 2 ;;
+    *) echo "unknown stage $stage_name (ref r1zero filtered login)" >&2; exit 2 ;;
   esac
 done
 ls -d "$OUT"/test/*/ >/dev/null 2>&1 || exit 0      # every model's episodes kept by earlier sittings

@@ -12,6 +12,7 @@ outcomes are listed at the end as such (docs/results.md marks them). tests/test_
     .venv/bin/python experiments/ledger.py            # every claim, its numbers and where it is written
     .venv/bin/python experiments/ledger.py --check    # exit 1 unless every doc holds its claims
     .venv/bin/python experiments/ledger.py --keep FILE DIR ...   # keep finished evaluations' episodes in FILE
+        [--set SET] [--runs OLD=NEW,...]                         # ... as set SET, only these runs, renamed
 
 ``--keep`` is how evidence is made: the episodes of each finished evaluation (an eval.py ``--out`` with its
 results.json) reduced to eval_stats.OUTCOME_KEYS and merged into FILE, a run evaluated again replacing its old
@@ -152,9 +153,6 @@ def make_demo(ev: Outcomes) -> Iterator[Claim]:
                 f"BC on flawed data lifts the base ({pm(ev.diff('bc', 'base'))} at T = 1")
     yield Claim("make demo's reading, RL", "docs/results.md",
                 f"M-GRPO lifts that BC by {pm(d)} at T = 1 ({d[0] / d[1]:.1f} SE), {pm(g)} greedy")
-    (b, _), (bc, _), bcg = ev.rate("base"), ev.rate("bc"), ev.diff("bc", "base", GREEDY)
-    yield Claim("BC lifts the base", "docs/results.md",
-                f"on the log {b:.1f} -> {bc:.1f} at T = 1, {pm(ev.diff('bc', 'base'))} (greedy {pm(bcg)})")
     rates = {run: ev.task_rates(run) for run in ("base", "bc", "rl")}
     per_task = ", ".join(f"{t} " + " / ".join(f"{rates[r][t]:.0f}" for r in rates) for t in rates["base"])
     yield Claim("make demo, per task", "docs/results.md", f"Per task at T = 1 (base / BC / RL): {per_task}.")
@@ -336,11 +334,99 @@ def fresh(ev12: Outcomes) -> Iterator[Claim]:
             yield Claim(f"fresh pages, {label}, {dec}", "docs/history.md",
                         f"{label}{' at T = 1' if dec == T1 else ', greedy'}, seed{'s' * (len(runs) > 1)} "
                         f"{', '.join(map(str, runs))}: {seeds(d)}{mean}")
-    if len(zero) == 5:   # the plan's rule: R1-Zero - reference at T = 1, its mean's 95% interval below 0
-        d = [ev.diff(f"r1zero-s{s}", f"rl-s{s}")[0] for s in zero]
+    yield from fresh_findings(ev, at2, at12, ref, zero)
+
+
+def fresh_findings(ev: Outcomes, at2: Outcomes, at12: Outcomes, ref: list[int], zero: list[int]) -> Iterator[Claim]:
+    """The cells of docs/results.md's findings table that issue 87's fresh pages give (``fresh``'s readings: budget
+    6, 2 and 12; the seeds kept so far), each with its seeds and the mean's 95% t-interval, and the verdict by its
+    committed rule: R1-Zero's (the plan's) once its 5 seeds are in, the test-time row's (issue 70's) per model."""
+    def by_seed(a: str, b: str, runs: list[int], at: Outcomes = ev, dec: str = T1) -> list[float]:
+        return [at.diff(a.format(s), b.format(s), dec)[0] for s in runs]
+
+    def mean(values: list[float]) -> str:
+        return f" (mean {interval(values)})" if len(values) > 1 else ""
+
+    def named(runs: list[int]) -> str:
+        return f"seed{'s' * (len(runs) > 1)} {', '.join(map(str, runs))}"
+
+    (b, _), (bc, _) = ev.rate("base"), ev.rate("bc")
+    yield Claim("fresh pages, BC lifts the base", "docs/results.md",
+                f"on the fresh pages {b:.1f} -> {bc:.1f} at T = 1, {pm(ev.diff('bc', 'base'))} "
+                f"(greedy {pm(ev.diff('bc', 'base', GREEDY))})")
+    if ref:
+        rl, rl_g = by_seed("rl-s{}", "bc", ref), by_seed("rl-s{}", "bc", ref, dec=GREEDY)
+        text = (f"on the fresh pages, {named(ref)}: {seeds(rl)} at T = 1{mean(rl)}; greedy {seeds(rl_g)}"
+                f"{mean(rl_g)}")
+        if "bc-filtered" in ev.by_run:
+            f = by_seed("rl-s{}", "bc-filtered", ref)
+            text += f"; RL - filtered BC {seeds(f)}{mean(f)}"
+        yield Claim("fresh pages, RL lifts BC", "docs/results.md", text)
+        gains = [budget_gain(at2, at12, run) for run in ("base", "bc", *(f"rl-s{s}" for s in ref))]
+        verdict = "reproduces" if all(g >= 2 * se for g, se in gains) else "does not reproduce for every model"
+        early, late = by_seed("rl-s{}", "bc", ref, at2), by_seed("rl-s{}", "bc", ref, at12)
+        yield Claim("fresh pages, test-time interactions, README", "README.md",
+                    f"more success (12 against 2: {min(g for g, _ in gains):+.1f} to {max(g for g, _ in gains):+.1f} "
+                    f"points for the base, BC and BC + M-GRPO's {named(ref)})")
+        yield Claim("fresh pages, test-time interactions", "docs/results.md",
+                    f"budget 12 - 2 at T = 1 on the fresh pages: base {pm(gains[0])}, BC {pm(gains[1])}, "
+                    f"BC + M-GRPO {seeds([g for g, _ in gains[2:]])} (+- "
+                    f"{min(se for _, se in gains[2:]):.1f}-{max(se for _, se in gains[2:]):.1f}; {named(ref)}): "
+                    f"{verdict} (each model above 0 at >= 2 SE); RL - BC {min(early):+.1f} to {max(early):+.1f} "
+                    f"at 2, {min(late):+.1f} to {max(late):+.1f} at 12")
+    if zero:
+        d, d_g, d_base = (by_seed("r1zero-s{}", "rl-s{}", zero), by_seed("r1zero-s{}", "rl-s{}", zero, dec=GREEDY),
+                          by_seed("r1zero-s{}", "base", zero))
         m, _, h = across_seeds(d)
-        yield Claim("fresh pages, R1-Zero's verdict", "docs/results.md",
-                    f"R1-Zero - reference {interval(d)}: {'reproduces' if m + h < 0 else 'does not reproduce'}")
+        verdict = (f": {'reproduces' if m + h < 0 else 'does not reproduce'}" if len(zero) == 5
+                   else "; the plan's verdict waits for 5 seeds")
+        yield Claim("fresh pages, R1-Zero, README", "README.md",
+                    f"R1-Zero - (BC + M-GRPO) {seeds(d)} in {named(zero)}{mean(d)}{verdict}")
+        yield Claim("fresh pages, R1-Zero", "docs/results.md",
+                    f"on the fresh pages, {named(zero)}: "
+                    + ", ".join(f"{ev.rate(f'r1zero-s{s}')[0]:.1f}" for s in zero)
+                    + f" at T = 1; R1-Zero - reference {seeds(d)}{mean(d)}{verdict}; greedy {seeds(d_g)}"
+                    f"{mean(d_g)}; R1-Zero - base {seeds(d_base)}{mean(d_base)}")
+
+
+LOGGED_OUT = "suite/stop-newsletter@out"
+
+
+def login(sets: dict[str, Outcomes], metrics: dict[str, list[dict]]) -> Iterator[Claim]:
+    """Issue 87's log-in rows on the site suite's held-out seeds (greedy; ``sets``: "out0", "out1", each condition's
+    BC, M-GRPO seeds and BC's samples on logged-out validation starts; ``metrics``: each M-GRPO run's steps by
+    "out<K>-s<S>"), by issue 70's rule: a seed composes the skills when its held-out logged-out starts succeed in
+    >= 10% of episodes, the finding reproduces at >= 3 of 5 seeds."""
+    def on(ev: Outcomes, task: str) -> Outcomes:
+        return Outcomes([r for rows in ev.by_run.values() for r in rows if r["task"] == task])
+
+    def solved(ev: Outcomes, run: str, decoding: str = GREEDY) -> str:
+        recs = ev.episodes(run, decoding)
+        return f"{sum(r['success'] for r in recs)} of {len(recs)}"
+
+    zero = sets["out0"]
+    yield Claim("log-in, BC does not compose", "docs/results.md",
+                f"from the base: BC {solved(on(zero, LOGGED_OUT), 'bc')} logged-out starts, "
+                f"{on(zero, 'suite/stop-newsletter@in').rate('bc', GREEDY)[0]:.0f} logged in, "
+                f"{on(zero, 'suite/log-in').rate('bc', GREEDY)[0]:.0f} on log-in")
+    for k, label in ((0, "with no logged-out demonstration"), (1, "with one")):
+        if f"out{k}" not in sets:
+            continue
+        ev = on(sets[f"out{k}"], LOGGED_OUT)
+        runs = sorted((r for r in ev.by_run if r.startswith("rl-s")), key=lambda r: int(r.rsplit("-s", 1)[1]))
+        rates = [ev.rate(r, GREEDY)[0] for r in runs]
+        composed = sum(rate >= 10 for rate in rates)
+        rollouts = sum(any(v > 0 for step in metrics[f"out{k}-{r.removeprefix('rl-')}"] for name, v in step.items()
+                           if name.startswith("rollout/success/") and name.endswith("@out")) for r in runs)
+        samples = sorted(r for r in ev.by_run if r.startswith("bc-t"))
+        sampled = ", ".join(f"{solved(ev, r, d)} at {d}" for r in samples for d in [ev.by_run[r][0]["decoding"]])
+        verdict = ("reproduces" if composed >= 3 else "does not reproduce") if len(runs) == 5 else "5 seeds not in yet"
+        yield Claim(f"log-in, {k} logged-out demonstration(s)", "docs/results.md",
+                    f"{label}: BC {solved(ev, 'bc')}, M-GRPO composes in {composed} of {len(runs)} seeds "
+                    f"({', '.join(f'{x:.1f}' for x in rates)}; "
+                    f"RL - BC {seeds([ev.diff(r, 'bc', GREEDY)[0] for r in runs])}"
+                    f" paired): {verdict}; logged-out rollouts succeed in {rollouts} of {len(runs)} runs"
+                    + (f"; BC's samples on logged-out validation starts succeed {sampled}" if samples else ""))
 
 
 def budget_gain(at2: Outcomes, at12: Outcomes, run: str) -> tuple[float, float]:
@@ -370,14 +456,23 @@ def claims() -> list[Claim]:
     return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"], first_pair, False),
             *engine_mismatch(arms, from_reference, True), *reading, *mismatch_by_seed(arms), *findings(issue70),
             *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json")),
-            *fresh(load("issue87_outcomes.jsonl.gz")["test"])]
+            *fresh(load("issue87_outcomes.jsonl.gz")["test"]), *login_rows()]
+
+
+def login_rows() -> Iterator[Claim]:
+    """``login`` over issue 87's log-in evidence, once its runs have been kept (findings_fresh.sh's login stage)."""
+    if not (EVIDENCE / "issue87_login_outcomes.jsonl.gz").is_file():
+        return
+    metrics = {p.name.removeprefix("issue87_login-").removesuffix("_metrics.jsonl"):
+               [json.loads(line) for line in p.read_text().splitlines()]
+               for p in EVIDENCE.glob("issue87_login-out*_metrics.jsonl")}
+    yield from login(load("issue87_login_outcomes.jsonl.gz"), metrics)
 
 
 #: Findings written in the docs whose per-page outcomes were not kept: not re-derivable from evidence/ until
 #: issue 87's runs replace them (docs/results.md marks each).
-NOT_KEPT = ("the recipe's five held-out seeds and the filtered BC (2026-11-29)", "R1-Zero (2026-11-30)",
-            "more interactions at test time (2026-11-30)", "the log-in rows' held-out evaluations (2026-11-30)",
-            "make demo on clean demonstrations (2026-11-28)")
+NOT_KEPT = ("the recipe's five held-out seeds and the filtered BC (2026-11-29)",
+            "the log-in rows' held-out evaluations (2026-11-30)", "make demo on clean demonstrations (2026-11-28)")
 
 
 def flat(text: str) -> str:
@@ -395,15 +490,21 @@ def check(root: Path = ROOT) -> list[tuple[Claim, bool]]:
     return out
 
 
-def keep(into: Path, dirs: list[Path]) -> None:
-    """Merge the episodes of the finished evaluations in ``dirs`` into the outcomes file ``into`` (see --keep)."""
+def keep(into: Path, dirs: list[Path], set_name: str | None = None, rename: dict[str, str] | None = None) -> None:
+    """Merge the episodes of the finished evaluations in ``dirs`` into the outcomes file ``into`` (see --keep): with
+    ``rename`` only the runs it names, under their new names; with ``set_name`` as that evaluation set's. A (set,
+    run) evaluated again replaces its old episodes."""
     new = [json.loads(line) for d in dirs if (d / "results.json").is_file()
            for line in (d / "trajectories.jsonl").read_text().splitlines()]
-    runs = {r["run"] for r in new}
-    old = [r for r in read_outcomes(into)[1] if r["run"] not in runs] if into.is_file() else []
+    if rename is not None:
+        new = [dict(r, run=rename[r["run"]]) for r in new if r["run"] in rename]
+    if set_name is not None:
+        new = [dict(r, set=set_name) for r in new]
+    runs = {(r.get("set"), r["run"]) for r in new}
+    old = [r for r in read_outcomes(into)[1] if (r.get("set"), r["run"]) not in runs] if into.is_file() else []
     n = write_outcomes(into, old + new)
     print(f"{into}: {n} episodes, {len(runs)} run(s) from {len(dirs)} evaluation(s), "
-          f"{len({r['run'] for r in old})} run(s) kept from before")
+          f"{len({(r.get('set'), r['run']) for r in old})} run(s) kept from before")
 
 
 def main() -> None:
@@ -411,11 +512,19 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="exit 1 unless every doc holds its claims")
     ap.add_argument("--keep", nargs="+", type=Path, metavar=("FILE", "DIR"),
                     help="merge the episodes of the finished evaluations DIR ... into the outcomes file FILE")
+    ap.add_argument("--set", help="with --keep: the evaluation set the episodes are kept as (default: none, 'test')")
+    ap.add_argument("--runs", metavar="OLD=NEW,...", help="with --keep: only these runs, renamed")
     args = ap.parse_args()
     if args.keep:
         if len(args.keep) < 2:
             ap.error("--keep FILE DIR [DIR ...]")
-        return keep(args.keep[0], args.keep[1:])
+        rename = None
+        if args.runs:
+            pairs = [item.split("=", 1) for item in args.runs.split(",")]
+            if any(len(p) != 2 or not all(p) for p in pairs):
+                ap.error(f"--runs {args.runs!r}: OLD=NEW pairs, comma-separated")
+            rename = dict(pairs)
+        return keep(args.keep[0], args.keep[1:], args.set, rename)
     results = check()
     for c, found in results:
         print(f"{'ok ' if found else 'NOT'} {c.doc}: {c.name}: {c.text}")

@@ -97,6 +97,15 @@ def test_fresh_pages_rows_and_the_r1zero_rule():
         assert claims["fresh pages, base"].startswith("| base | 20.0 +- ")      # pages 0, 5: after 6 interactions
         assert claims["fresh pages, rl-s0"].split(" | ")[2].startswith("rl-s0 - bc +")
         assert f"): {verdict}; greedy " in claims["fresh pages, R1-Zero"]
+    assert not any(name.startswith("the recipe's seeds") for name in claims)       # no filtered BC yet
+    claims = {c.name: c.text for c in ledger.fresh(ledger.Outcomes(runs + rows("bc-filtered", lambda p: p < 25)))}
+    # at budget 6 (pages 0, 5, ... need 8 interactions): RL 24 of 40 pages in every seed, BC 16, the filtered BC 20
+    assert claims["the recipe's seeds, seed 1"] == "| 1 | +20.0 | 6.4 | 3.1 | +20.0 | 6.4 | +10.0 | 4.8 |"
+    assert claims["the recipe's seeds, mean"] == ("| mean [95% t-interval over seeds] | +20.0 [+20.0, +20.0] | | | "
+                                                  "+20.0 | | +10.0 [+10.0, +10.0] | |")
+    assert claims["the recipe's seeds, README"] == ("RL - BC +20.0, +20.0, +20.0, +20.0, +20.0 (mean +20.0, 95% "
+                                                    "interval +20.0 to +20.0), and RL - the filtered BC (BC 40.0, "
+                                                    "filtered 50.0) +10.0, +10.0, +10.0, +10.0, +10.0 (mean +10.0)")
     three = {c.name: c.text for c in ledger.fresh(ledger.Outcomes([r for r in runs
                                                                     if not r["run"].endswith(("-s3", "-s4"))]))}
     assert "the plan's verdict waits for 5 seeds" in three["fresh pages, R1-Zero"]

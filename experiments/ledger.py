@@ -369,7 +369,7 @@ def fresh_findings(ev: Outcomes, at2: Outcomes, at12: Outcomes, ref: list[int], 
         early, late = by_seed("rl-s{}", "bc", ref, at2), by_seed("rl-s{}", "bc", ref, at12)
         yield Claim("fresh pages, test-time interactions, README", "README.md",
                     f"more success (12 against 2: {min(g for g, _ in gains):+.1f} to {max(g for g, _ in gains):+.1f} "
-                    f"points for the base, BC and BC + M-GRPO's {named(ref)})")
+                    f"points, every model)")
         yield Claim("fresh pages, test-time interactions", "docs/results.md",
                     f"budget 12 - 2 at T = 1 on the fresh pages: base {pm(gains[0])}, BC {pm(gains[1])}, "
                     f"BC + M-GRPO {seeds([g for g, _ in gains[2:]])} (+- "

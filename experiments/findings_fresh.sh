@@ -63,7 +63,7 @@ fresh_seeds() {
 # login_condition K: the log-in stage with K logged-out demonstrations in BC's data, then its episodes kept (BC's
 # held-out evaluation once: every seed evaluates the first seed's BC, greedily), unless they are kept already
 login_condition() {
-  local k=$1 dir=$OUT/login eval s bc=bc=bc, t
+  local k=$1 dir=$OUT/login eval s with_bc="bc=bc," t
   [ "$k" = 0 ] || dir=$OUT/login-out$k
   if [ -s "$LOGIN_EVIDENCE" ] && zcat "$LOGIN_EVIDENCE" | grep -q "^{\"set\": \"out$k\", "; then
     echo "log-in, $k logged-out demonstration(s): its episodes are in $LOGIN_EVIDENCE already"; return
@@ -71,8 +71,8 @@ login_condition() {
   FINDINGS=login FINDINGS_OUT=$OUT FINDINGS_LOGIN_OUT_DEMOS=$k bash scripts/demo_findings.sh
   for eval in "$dir"/s*/eval; do
     s=${eval%/eval}; s=${s##*/s}
-    $PY experiments/ledger.py --keep "$LOGIN_EVIDENCE" "$eval" --set "out$k" --runs "${bc}rl=rl-s$s"
-    bc=""
+    $PY experiments/ledger.py --keep "$LOGIN_EVIDENCE" "$eval" --set "out$k" --runs "${with_bc}rl=rl-s$s"
+    with_bc=""
     cp "$dir/s$s/rl/metrics.jsonl" "$(dirname "$EVIDENCE")/issue87_login-out$k-s${s}_metrics.jsonl"
   done
   for t in "$dir"/explore-t*; do

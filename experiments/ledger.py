@@ -327,22 +327,25 @@ def fresh(ev12: Outcomes) -> Iterator[Claim]:
     comparisons = [("RL - BC", "rl-s{}", "bc", ref), ("R1-Zero - reference", "r1zero-s{}", "rl-s{}", zero),
                    ("R1-Zero - base", "r1zero-s{}", "base", zero)]
     comparisons += [("RL - filtered BC", "rl-s{}", "bc-filtered", ref)] if filtered else []
+    by_seed: dict[tuple[str, str], list[float]] = {}       # (comparison, decoding) -> each seed's difference
     for label, a, b, runs in comparisons:
         for dec in (T1, GREEDY) if runs else ():
-            d = [ev.diff(a.format(s), b.format(s), dec)[0] for s in runs]
+            d = by_seed[label, dec] = [ev.diff(a.format(s), b.format(s), dec)[0] for s in runs]
             mean = f" (mean {interval(d)})" if len(runs) > 1 else ""
             yield Claim(f"fresh pages, {label}, {dec}", "docs/history.md",
                         f"{label}{' at T = 1' if dec == T1 else ', greedy'}, seed{'s' * (len(runs) > 1)} "
                         f"{', '.join(map(str, runs))}: {seeds(d)}{mean}")
-    yield from fresh_findings(ev, at2, at12, ref, zero)
+    yield from fresh_findings(ev, at2, at12, ref, zero, by_seed)
 
 
-def fresh_findings(ev: Outcomes, at2: Outcomes, at12: Outcomes, ref: list[int], zero: list[int]) -> Iterator[Claim]:
+def fresh_findings(ev: Outcomes, at2: Outcomes, at12: Outcomes, ref: list[int], zero: list[int],
+                   by_seed: dict[tuple[str, str], list[float]]) -> Iterator[Claim]:
     """The cells of docs/results.md's findings table that issue 87's fresh pages give (``fresh``'s readings: budget
-    6, 2 and 12; the seeds kept so far), each with its seeds and the mean's 95% t-interval, and the verdict by its
-    committed rule: R1-Zero's (the plan's) once its 5 seeds are in, the test-time row's (issue 70's) per model."""
-    def by_seed(a: str, b: str, runs: list[int], at: Outcomes = ev, dec: str = T1) -> list[float]:
-        return [at.diff(a.format(s), b.format(s), dec)[0] for s in runs]
+    6, 2 and 12; the seeds kept so far; ``by_seed``: its comparisons seed by seed), each with its seeds and the
+    mean's 95% t-interval, and the verdict by its committed rule: R1-Zero's (the plan's) once its 5 seeds are in,
+    the test-time row's (issue 70's) per model."""
+    def rl_bc(at: Outcomes) -> list[float]:
+        return [at.diff(f"rl-s{s}", "bc")[0] for s in ref]
 
     def mean(values: list[float]) -> str:
         return f" (mean {interval(values)})" if len(values) > 1 else ""
@@ -355,18 +358,18 @@ def fresh_findings(ev: Outcomes, at2: Outcomes, at12: Outcomes, ref: list[int], 
                 f"on the fresh pages {b:.1f} -> {bc:.1f} at T = 1, {pm(ev.diff('bc', 'base'))} "
                 f"(greedy {pm(ev.diff('bc', 'base', GREEDY))})")
     if ref:
-        rl, rl_g = by_seed("rl-s{}", "bc", ref), by_seed("rl-s{}", "bc", ref, dec=GREEDY)
+        rl, rl_g = by_seed["RL - BC", T1], by_seed["RL - BC", GREEDY]
         text = (f"on the fresh pages, {named(ref)}: {seeds(rl)} at T = 1{mean(rl)}; greedy {seeds(rl_g)}"
                 f"{mean(rl_g)}")
         if "bc-filtered" in ev.by_run:
-            f = by_seed("rl-s{}", "bc-filtered", ref)
+            f = by_seed["RL - filtered BC", T1]
             text += f"; RL - filtered BC {seeds(f)}{mean(f)}"
         yield Claim("fresh pages, RL lifts BC", "docs/results.md", text)
         if "bc-filtered" in ev.by_run:
             yield from recipe_seeds(ev, ref)
         gains = [budget_gain(at2, at12, run) for run in ("base", "bc", *(f"rl-s{s}" for s in ref))]
         verdict = "reproduces" if all(g >= 2 * se for g, se in gains) else "does not reproduce for every model"
-        early, late = by_seed("rl-s{}", "bc", ref, at2), by_seed("rl-s{}", "bc", ref, at12)
+        early, late = rl_bc(at2), rl_bc(at12)
         yield Claim("fresh pages, test-time interactions, README", "README.md",
                     f"more success (12 against 2: {min(g for g, _ in gains):+.1f} to {max(g for g, _ in gains):+.1f} "
                     f"points, every model)")
@@ -377,8 +380,8 @@ def fresh_findings(ev: Outcomes, at2: Outcomes, at12: Outcomes, ref: list[int], 
                     f"{verdict} (each model above 0 at >= 2 SE); RL - BC {min(early):+.1f} to {max(early):+.1f} "
                     f"at 2, {min(late):+.1f} to {max(late):+.1f} at 12")
     if zero:
-        d, d_g, d_base = (by_seed("r1zero-s{}", "rl-s{}", zero), by_seed("r1zero-s{}", "rl-s{}", zero, dec=GREEDY),
-                          by_seed("r1zero-s{}", "base", zero))
+        d, d_g, d_base = (by_seed["R1-Zero - reference", T1], by_seed["R1-Zero - reference", GREEDY],
+                          by_seed["R1-Zero - base", T1])
         m, _, h = across_seeds(d)
         verdict = (f": {'reproduces' if m + h < 0 else 'does not reproduce'}" if len(zero) == 5
                    else "; the plan's verdict waits for 5 seeds")

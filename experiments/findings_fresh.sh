@@ -15,7 +15,8 @@
 #             log-in stage (make demo-suite from the base, seeds 0-4, BC sampled on logged-out validation pages)
 #             with 0 and with 1 logged-out demonstration, each condition's episodes kept in FRESH_LOGIN_EVIDENCE as
 #             the set outK (runs bc, rl-sS, and bc-tT for BC's samples) and each seed's metrics as
-#             issue87_login-outK-sS_metrics.jsonl; a condition runs whole in one sitting (~85 and ~70 min)
+#             issue87_login-outK-sS_metrics.jsonl; a condition runs whole in one sitting (~85 and ~70 min), the
+#             conditions LOGIN_OUT (default "0 1") in that order
 # After each evaluation its episodes join FRESH_EVIDENCE (experiments/ledger.py --keep: run, task, page, sample,
 # decoding, success, interactions), and each M-GRPO run's metrics.jsonl is copied beside it as it finishes
 # (issue87_<run>_metrics.jsonl), so a sitting that stops keeps what it finished; a stage resumes at its first
@@ -84,7 +85,7 @@ for stage_name in $STAGES; do
   case "$stage_name" in
     ref)      fresh_eval base "$BASE"; fresh_eval bc "$BC"; fresh_seeds "$BC" rl ;;
     r1zero)   fresh_seeds "$BASE" r1zero ;;
-    login)    login_condition 0; login_condition 1 ;;
+    login)    for k in ${LOGIN_OUT:-0 1}; do login_condition "$k"; done ;;
     filtered) kept bc-filtered || [ -s "$OUT/filtered/hf/config.json" ] || {
                 stage "make demo's log filtered to successes: BC of the base"
                 # shellcheck disable=SC2086  # the demonstrator's flags split into words

@@ -428,11 +428,12 @@ def login(sets: dict[str, Outcomes], metrics: dict[str, list[dict]]) -> Iterator
         recs = ev.episodes(run, decoding)
         return f"{sum(r['success'] for r in recs)} of {len(recs)}"
 
-    zero = sets["out0"]
-    yield Claim("log-in, BC does not compose", "docs/results.md",
-                f"from the base: BC {solved(on(zero, LOGGED_OUT), 'bc')} logged-out starts, "
-                f"{on(zero, 'suite/stop-newsletter@in').rate('bc', GREEDY)[0]:.0f} logged in, "
-                f"{on(zero, 'suite/log-in').rate('bc', GREEDY)[0]:.0f} on log-in")
+    if "out0" in sets:                       # (a sitting may run the conditions in either order)
+        zero = sets["out0"]
+        yield Claim("log-in, BC does not compose", "docs/results.md",
+                    f"from the base: BC {solved(on(zero, LOGGED_OUT), 'bc')} logged-out starts, "
+                    f"{on(zero, 'suite/stop-newsletter@in').rate('bc', GREEDY)[0]:.0f} logged in, "
+                    f"{on(zero, 'suite/log-in').rate('bc', GREEDY)[0]:.0f} on log-in")
     for k, label in ((0, "with no logged-out demonstration"), (1, "with one")):
         if f"out{k}" not in sets:
             continue

@@ -158,3 +158,6 @@ def test_login_rows_by_the_committed_rule():
     assert claims["log-in, 1 logged-out demonstration(s)"].startswith(
         "with one: BC 3 of 30, M-GRPO composes in 4 of 5 seeds (6.7, 100.0, 100.0, 100.0, 100.0; "
         "RL - BC -3.3, +90.0, +90.0, +90.0, +90.0 paired): reproduces; logged-out rollouts succeed in 4 of 5 runs")
+    # one condition kept before the other (LOGIN_OUT=1): its row alone
+    alone = {c.name: c.text for c in ledger.login({"out1": ledger.Outcomes(one)}, metrics)}
+    assert alone == {"log-in, 1 logged-out demonstration(s)": claims["log-in, 1 logged-out demonstration(s)"]}

@@ -98,6 +98,11 @@ def load_json(name: str) -> Outcomes:
     return Outcomes(rows)
 
 
+def load_metrics(path: Path) -> list[dict]:
+    """A run's committed metrics.jsonl: one dict a logged step."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def pm(x: tuple[float, float]) -> str:
     """"+8.2 +- 1.7"."""
     return f"{x[0]:+.1f} +- {x[1]:.1f}"
@@ -166,8 +171,7 @@ def small(x: float) -> str:
 def mismatch_cells(metrics: str) -> str:
     """A run's mismatch over its steps from its committed metrics.jsonl: token KL k3 (mean of the steps), the
     largest |log ratio|, the mean share of tokens outside [0.5, 2], the KL to the start at the last step."""
-    rows = [json.loads(line) for line in (EVIDENCE / metrics).read_text().splitlines()]
-    rows = [r for r in rows if "mismatch/kl_k3" in r]
+    rows = [r for r in load_metrics(EVIDENCE / metrics) if "mismatch/kl_k3" in r]
     outside = sum(r["mismatch/ratio_outside"] for r in rows) / len(rows)
     return (f"{small(sum(r['mismatch/kl_k3'] for r in rows) / len(rows))} | "
             f"{small(max(r['mismatch/max_abs_log_ratio'] for r in rows))} | "
@@ -488,8 +492,7 @@ def login_rows() -> Iterator[Claim]:
     """``login`` over issue 87's log-in evidence, once its runs have been kept (findings_fresh.sh's login stage)."""
     if not (EVIDENCE / "issue87_login_outcomes.jsonl.gz").is_file():
         return
-    metrics = {p.name.removeprefix("issue87_login-").removesuffix("_metrics.jsonl"):
-               [json.loads(line) for line in p.read_text().splitlines()]
+    metrics = {p.name.removeprefix("issue87_login-").removesuffix("_metrics.jsonl"): load_metrics(p)
                for p in EVIDENCE.glob("issue87_login-out*_metrics.jsonl")}
     yield from login(load("issue87_login_outcomes.jsonl.gz"), metrics)
 

@@ -40,7 +40,7 @@ mkdir -p "$OUT/test"
 # kept NAME: whether NAME's episodes are in the evidence already (an earlier sitting's, perhaps on another machine,
 # whose runs/ is gone): its model is then neither trained nor evaluated again
 kept() {
-  [ -s "$EVIDENCE" ] && [ ! -d "$OUT/test/$1" ] && [ "$(zcat "$EVIDENCE" | grep -c "^{\"run\": \"$1\",")" -gt 0 ]
+  [ ! -d "$OUT/test/$1" ] && $PY experiments/ledger.py --has "$EVIDENCE" "$1"
 }
 
 # fresh_eval NAME PATH: one model on the fresh pages into $OUT/test/NAME, then every finished evaluation kept
@@ -66,7 +66,7 @@ fresh_seeds() {
 login_condition() {
   local k=$1 dir=$OUT/login eval s with_bc="bc=bc," t
   [ "$k" = 0 ] || dir=$OUT/login-out$k
-  if [ -s "$LOGIN_EVIDENCE" ] && zcat "$LOGIN_EVIDENCE" | grep -q "^{\"set\": \"out$k\", "; then
+  if $PY experiments/ledger.py --has "$LOGIN_EVIDENCE" --set "out$k"; then
     echo "log-in, $k logged-out demonstration(s): its episodes are in $LOGIN_EVIDENCE already"; return
   fi
   FINDINGS=login FINDINGS_OUT=$OUT FINDINGS_LOGIN_OUT_DEMOS=$k bash scripts/demo_findings.sh

@@ -13,6 +13,7 @@ outcomes are listed at the end as such (docs/results.md marks them). tests/test_
     .venv/bin/python experiments/ledger.py --check    # exit 1 unless every doc holds its claims
     .venv/bin/python experiments/ledger.py --keep FILE DIR ...   # keep finished evaluations' episodes in FILE
         [--set SET] [--runs OLD=NEW,...]                         # ... as set SET, only these runs, renamed
+    .venv/bin/python experiments/ledger.py --has FILE [RUN] [--set SET]   # exit 0 if FILE holds RUN's episodes
 
 ``--keep`` is how evidence is made: the episodes of each finished evaluation (an eval.py ``--out`` with its
 results.json) reduced to eval_stats.OUTCOME_KEYS and merged into FILE, a run evaluated again replacing its old
@@ -534,14 +535,25 @@ def keep(into: Path, dirs: list[Path], set_name: str | None = None, rename: dict
           f"{len({(r.get('set'), r['run']) for r in old})} run(s) kept from before")
 
 
+def holds(path: Path, run: str | None, set_name: str | None) -> bool:
+    """Whether the outcomes file ``path`` holds episodes of ``run`` (any run if None) in ``set_name`` (any if None)."""
+    return path.is_file() and any((run is None or r["run"] == run) and (set_name is None or r.get("set") == set_name)
+                                  for r in read_outcomes(path)[1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 unless every doc holds its claims")
     ap.add_argument("--keep", nargs="+", type=Path, metavar=("FILE", "DIR"),
                     help="merge the episodes of the finished evaluations DIR ... into the outcomes file FILE")
-    ap.add_argument("--set", help="with --keep: the evaluation set the episodes are kept as (default: none, 'test')")
+    ap.add_argument("--set", help="with --keep: the evaluation set the episodes are kept as (default: none, 'test'); "
+                                  "with --has: the set to look in")
     ap.add_argument("--runs", metavar="OLD=NEW,...", help="with --keep: only these runs, renamed")
+    ap.add_argument("--has", nargs="+", type=str, metavar=("FILE", "RUN"),
+                    help="exit 0 if the outcomes file FILE holds episodes (of RUN, of --set), 1 if not")
     args = ap.parse_args()
+    if args.has:
+        sys.exit(0 if holds(Path(args.has[0]), args.has[1] if len(args.has) > 1 else None, args.set) else 1)
     if args.keep:
         if len(args.keep) < 2:
             ap.error("--keep FILE DIR [DIR ...]")

@@ -114,7 +114,7 @@ def test_fresh_pages_rows_and_the_r1zero_rule():
 
 def test_keep_as_a_set_with_runs_renamed(tmp_path):
     """--keep --set S --runs OLD=NEW,...: only the named runs, renamed, kept as set S; the same (set, run) kept again
-    replaces its episodes, the same run name in another set does not."""
+    replaces its episodes, the same run name in another set does not; --has finds a run and a set kept, and no other."""
     import json
     import subprocess
     from eval_stats import read_outcomes
@@ -130,6 +130,10 @@ def test_keep_as_a_set_with_runs_renamed(tmp_path):
                         "--set", set_name, "--runs", runs], check=True)
     assert sorted((r["set"], r["run"], r["success"]) for r in read_outcomes(kept)[1]) == [
         ("out0", "rl-s1", True), ("out1", "bc", False), ("out1", "rl-s1", True)]
+    def has(*argv: str) -> int:       # findings_fresh.sh's test of what an earlier sitting kept
+        return subprocess.run([sys.executable, str(ROOT / "experiments" / "ledger.py"), "--has", *argv]).returncode
+    assert [has(str(kept), "bc"), has(str(kept), "rl-s1", "--set", "out0"), has(str(kept), "--set", "out1")] == [0, 0, 0]
+    assert [has(str(kept), "bc", "--set", "out0"), has(str(kept), "rl"), has(str(tmp_path / "none.jsonl.gz"))] == [1, 1, 1]
     bad = subprocess.run([sys.executable, str(ROOT / "experiments" / "ledger.py"), "--keep", str(kept), str(d),
                           "--runs", "rl"], capture_output=True, text=True)
     assert bad.returncode == 2 and "OLD=NEW pairs" in bad.stderr

@@ -62,11 +62,12 @@ fresh_seeds() {
 }
 
 # login_condition K: the log-in stage with K logged-out demonstrations in BC's data, then its episodes kept (BC's
-# held-out evaluation once: every seed evaluates the first seed's BC, greedily), unless they are kept already
+# held-out evaluation once: every seed evaluates the first seed's BC, greedily), unless its last seed is kept already
+# (a sitting may keep the seeds it finished; the rest then run from the same runs/, whose seed 0 holds their BC)
 login_condition() {
   local k=$1 dir=$OUT/login eval s with_bc="bc=bc," t
   [ "$k" = 0 ] || dir=$OUT/login-out$k
-  if $PY experiments/ledger.py --has "$LOGIN_EVIDENCE" --set "out$k"; then
+  if $PY experiments/ledger.py --has "$LOGIN_EVIDENCE" rl-s4 --set "out$k"; then
     echo "log-in, $k logged-out demonstration(s): its episodes are in $LOGIN_EVIDENCE already"; return
   fi
   FINDINGS=login FINDINGS_OUT=$OUT FINDINGS_LOGIN_OUT_DEMOS=$k bash scripts/demo_findings.sh

@@ -553,6 +553,8 @@ def main() -> None:
                     help="exit 0 if the outcomes file FILE holds episodes (of RUN, of --set), 1 if not")
     args = ap.parse_args()
     if args.has:
+        if len(args.has) > 2:
+            ap.error("--has FILE [RUN]")
         sys.exit(0 if holds(Path(args.has[0]), args.has[1] if len(args.has) > 1 else None, args.set) else 1)
     if args.keep:
         if len(args.keep) < 2:

@@ -21,8 +21,8 @@
 #   login    the log-in argument: make demo-suite's command from the base (SUITE_MODEL), seeds 0-4, each seed's
 #            M-GRPO from the first seed's BC (SUITE_BC), that BC sampled on logged-out validation pages (T = 0.5
 #            and 1, 4 x 30 episodes each) before the other seeds; FINDINGS_LOGIN_OUT_DEMOS=K adds K logged-out
-#            demonstrations (the data condition, into $FINDINGS_OUT/login-outK). ~16 + 2 x 5 + 4 x 11 min (70 min
-#            with K = 1, measured alone)
+#            demonstrations (the data condition, into $FINDINGS_OUT/login-outK). ~16 + 2 x 5 + 4 x 11 min (K = 1
+#            alone: 70 min on 2026-11-30's Intel box, ~100 on 2026-12-03's AMD EPYC)
 #   filtered the practitioner's fix make demo's M-GRPO is measured against: BC of the base with make demo's recipe
 #            on its log filtered to the successes, joined to make demo's table (RL - filtered BC paired). ~17 min
 # Then the table of every stage run so far, scripts/findings_table.py -> $FINDINGS_OUT/findings.md (each row with

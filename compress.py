@@ -44,6 +44,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Sequence, get_args
 
+import engines
+
 # ---- constants ----
 
 #: Sec. 2.3: what every earlier observation becomes under dynamic context compression.
@@ -52,9 +54,8 @@ PLACEHOLDER = "** Simplified html **"
 ERROR_PREFIX = "Error from the previous action: "
 #: Appended to a cut observation (``fit_prompt``), so the model knows the page goes on.
 TRUNCATION_MARK = "\n... [observation truncated] ..."
-#: The paper's max context and max new tokens (Sec. 3.1).
+#: The paper's max context (Sec. 3.1; its max new tokens: ``engines.SAMPLING``).
 MAX_CONTEXT = 16384
-MAX_NEW_TOKENS = 1024
 #: ``fit_prompt`` stops searching once at most this many tokens of the budget are left unused.
 _FIT_SLACK = 32
 
@@ -468,7 +469,7 @@ class FittedPrompt(NamedTuple):
 
 
 def fit_prompt(tokenizer, intent: str, turns: Sequence[Turn], obs: str, error: str | None = None, *,
-               max_context: int = MAX_CONTEXT, max_new_tokens: int = MAX_NEW_TOKENS,
+               max_context: int = MAX_CONTEXT, max_new_tokens: int = engines.SAMPLING.max_new_tokens,
                prompt: str | None = "thinking", compress: bool = True) -> FittedPrompt:
     """The prompt for the current step such that ``len(ids) + max_new_tokens <= max_context``. Only the current
     observation is cut: its tail is dropped at a character boundary and replaced by ``TRUNCATION_MARK``.

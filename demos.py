@@ -330,5 +330,5 @@ def main(args: Args) -> int:
 
 
 if __name__ == "__main__":
-    from trainlib import parse_args
+    from trainlib.cli import parse_args
     raise SystemExit(main(parse_args(Args)))

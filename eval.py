@@ -51,7 +51,7 @@ from typing import Any, Literal
 import compress
 import env as webenv
 import policy
-import trainlib
+from trainlib import cli, runlog
 from env import webarena
 from eval_report import decoding_label, load_reused, plot_budgets, render_viewer, results_markdown, tabulate
 from eval_stats import summarize
@@ -346,9 +346,9 @@ def main(args: Args) -> dict[str, Any]:
         args.max_steps = ",".join(str(min(k, 3)) for k in parse_budgets(args.max_steps))
         args.episode.max_new_tokens = min(args.episode.max_new_tokens, 32)
     tasks = args.env.load_tasks()   # (the browser endpoints checked first, their tokens kept out of logs)
-    args_json = webenv.redact(json.dumps(trainlib.args_dict(args)))
+    args_json = webenv.redact(json.dumps(cli.args_dict(args)))
     log.info("args %s", args_json)
-    log.info("machine: %s", trainlib.machine())
+    log.info("machine: %s", runlog.machine())
     # derived
     models = parse_models(args.model, allow_empty=bool(args.reuse))
     prompts = [p.strip() for p in args.compare_prompts.split(",") if p.strip()] or [args.episode.prompt]
@@ -379,7 +379,7 @@ def main(args: Args) -> dict[str, Any]:
 
     # ---- results ----
     results = tabulate(records, args, budgets, round(time.time() - t0, 1))
-    results["machine"] = trainlib.machine()   # (the same command on another CPU may round differently)
+    results["machine"] = runlog.machine()   # (the same command on another CPU may round differently)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     runs, columns = results["runs"], results["columns"]
     md = results_markdown(results, args)
@@ -397,4 +397,4 @@ def main(args: Args) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(trainlib.parse_args(Args))
+    main(cli.parse_args(Args))

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import compress
 import env as webenv
-import trainlib
+from trainlib import cli
 from eval_stats import paired, summarize
 from rollout import EnvConfig, EpisodeConfig
 
@@ -53,7 +53,7 @@ def tabulate(records: list[dict], args: EvalArgs, budgets: list[int], seconds: f
     """results.json: the evaluation's flags (secrets redacted), the runs at the evaluated decoding (``decoding``:
     "T = 1", or "greedy"), their paired differences by page (of success rate, and of pass@K with K samples), and
     with --greedy the same for the greedy column (``greedy``)."""
-    args_json = json.loads(webenv.redact(json.dumps(trainlib.args_dict(args))))
+    args_json = json.loads(webenv.redact(json.dumps(cli.args_dict(args))))
     headline = decoding_label(args.episode.temperature, args.episode.top_p)
     main = [r for r in records if r.get("decoding", headline) == headline]
     greedy = [r for r in records if r.get("decoding") == "greedy"] if headline != "greedy" else []
@@ -82,7 +82,7 @@ def load_reused(dirs: str, args: EvalArgs, jobs: list[tuple[webenv.Task, int]], 
     def settings(given: dict, budget: int) -> dict:
         kept = {"samples": 1, "greedy": False} | {k: v for k, v in given.items() if k in same}   # (older outputs)
         return {k: v for k, v in kept.items() if sampled or k not in ("noise", "seed")} | {"max_steps": budget}
-    mine = settings(trainlib.args_dict(args), max(t.max_steps for t, _ in jobs))
+    mine = settings(cli.args_dict(args), max(t.max_steps for t, _ in jobs))
     records: list[dict] = []
     seen = set(new_runs)
     for d in (x.strip() for x in dirs.split(",") if x.strip()):

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-import trainlib
+from trainlib import distributed
 
 
 # ---- the definition: a row per sample ----
@@ -203,7 +203,7 @@ def micro_batches(samples: list, adv: list[float], weight: list[float], size: in
         index = context_batches(samples, size)
     else:
         index = [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
-    index += [[]] * (trainlib.all_reduce_max(len(index)) - len(index))
+    index += [[]] * (distributed.all_reduce_max(len(index)) - len(index))
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     filler = _Filler([pad_id, pad_id], [0, 0], [])
     return [MicroBatch([samples[i] for i in idx] or [filler], torch.tensor([adv[i] for i in idx] or [0.0]),

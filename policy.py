@@ -1,5 +1,5 @@
 """The policy pi_theta of WebAgent-R1: loading a model and its tokenizer, and ``make_backend``, the generation
-backend that samples actions from it (the HF generation engine itself is hf_backend.py).
+backend that samples actions from it (the engines themselves and their interface are in engines/).
 
 What it implements
 - ``build_tokenizer``: a byte-level BPE tokenizer trained offline with the ``tokenizers`` library, with a
@@ -11,17 +11,14 @@ What it implements
   fixed action strings and prompt words). Both round-trip through ``save_pretrained`` / ``from_pretrained``.
 - ``decide_device``: CUDA -> bf16 (FlashAttention-2 when its kernels load, else SDPA); CPU -> fp32, SDPA.
   ``to_device`` moves a model there without rounding its fp32 buffers.
-- ``make_backend``: the one factory of generation backends (every script builds its own with it), one async
-  interface
-  ``await backend.generate(prompt_ids, *, messages=None, max_new_tokens=None, temperature=None, top_p=None,
-  seed=None) -> hf_backend.Generation(ids, logprobs, text, finish_reason)``; ``seed`` gives a request its own
-  sampling noise (common random numbers: ``rollout.request_seed``), never shared with the batch it is decoded in:
-  * ``"hf"``: ``hf_backend.HFBackend``, continuous batching on the model's own forward with a prefix cache, raw
-    per-token log-probs (what they mean: hf_backend.py's docstring).
+- ``make_backend``: the one factory of generation backends (every script builds its own with it), behind the one
+  async interface of engines/__init__.py (``await backend.generate(prompt_ids, ...) -> engines.Generation``):
+  * ``"hf"``: ``engines.hf_backend.HFBackend``, continuous batching on the model's own forward with a prefix
+    cache, raw per-token log-probs (what they mean: hf_backend.py's docstring).
   * ``"openai"``: ``OpenAIBackend``: OpenAI-compatible chat completions over HTTP (stdlib only) with retries and
     a timeout; a bad or empty reply becomes an empty ``Generation`` with ``finish_reason="error: ..."``.
-  * ``"vllm"``: ``vllm_backend.VLLMBackend``, vLLM's async engine, in a module of its own with its processes and
-    the weight push (vllm_backend.py).
+  * ``"vllm"``: ``engines.vllm_backend.VLLMBackend``, vLLM's async engine, in a module of its own with its
+    processes and the weight push.
 
 How to run
     .venv/bin/python -c "import policy; m, t = policy.load('tiny'); print(m.num_parameters(), len(t))"
@@ -55,7 +52,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402  (after the offline switches)
 
-import hf_backend  # noqa: E402
+import engines  # noqa: E402
+from engines import hf_backend  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +327,7 @@ def build_tiny(spec: str = "tiny", *, corpus: Iterable[str] | None = None):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ts.seed)
         model = Qwen2ForCausalLM(cfg)
-    model.generation_config.eos_token_id = hf_backend.end_of_turn_ids(tok)
+    model.generation_config.eos_token_id = engines.end_of_turn_ids(tok)
     model.generation_config.pad_token_id = tok.pad_token_id
     return model, tok
 
@@ -435,7 +433,8 @@ class OpenAIBackend:
     RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, tokenizer=None,
-                 max_new_tokens: int = 1024, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = engines.SAMPLING.max_new_tokens,
+                 temperature: float = engines.SAMPLING.temperature, top_p: float = engines.SAMPLING.top_p,
                  timeout_s: float = 60.0, max_retries: int = 3, backoff_s: float = 1.0,
                  extra_body: dict[str, Any] | None = None):
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -450,12 +449,12 @@ class OpenAIBackend:
 
     async def generate(self, prompt_ids: Sequence[int] | None = None, *, messages: list[dict] | None = None,
                        max_new_tokens: int | None = None, temperature: float | None = None,
-                       top_p: float | None = None, seed: int | None = None) -> hf_backend.Generation:
+                       top_p: float | None = None, seed: int | None = None) -> engines.Generation:
         """One chat completion; ``seed`` goes out as the request's ``seed`` field (vLLM's server seeds that
         request's sampling with it; OpenAI's API treats it as best effort)."""
         if not messages:
             raise ValueError("OpenAIBackend.generate needs messages (chat API)")
-        n, t, p = hf_backend.request_settings(self, max_new_tokens, temperature, top_p)
+        n, t, p = engines.request_settings(self, max_new_tokens, temperature, top_p)
         body = {"model": self.model, "messages": messages, "max_tokens": n, "temperature": t, "top_p": p,
                 **({"seed": int(seed)} if seed is not None else {}), **self.extra_body}
         return await asyncio.to_thread(self._complete, body)
@@ -464,7 +463,7 @@ class OpenAIBackend:
         with self._stats_lock:
             self.stats[key] += 1
 
-    def _complete(self, body: dict) -> hf_backend.Generation:
+    def _complete(self, body: dict) -> engines.Generation:
         self._count("requests")
         data = json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
@@ -507,12 +506,12 @@ class OpenAIBackend:
                 continue
             if not text:
                 self._count("failed")
-                return hf_backend.Generation([], None, "", "error: empty reply")
+                return engines.Generation([], None, "", "error: empty reply")
             ids = self.tokenizer.encode(text, add_special_tokens=False) if self.tokenizer is not None else []
-            return hf_backend.Generation(ids, None, text, str(choice.get("finish_reason") or "stop"))
+            return engines.Generation(ids, None, text, str(choice.get("finish_reason") or "stop"))
         self._count("failed")
         log.warning("OpenAIBackend: giving up on %s: %s", self.url, error)
-        return hf_backend.Generation([], None, "", f"error: {error}")
+        return engines.Generation([], None, "", f"error: {error}")
 
     async def aclose(self) -> None:
         """Nothing to release (each request has its own connection); failed requests are reported here."""
@@ -525,8 +524,8 @@ class OpenAIBackend:
 BACKENDS = ("hf", "vllm", "openai")
 
 
-def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int = 0, max_context: int = 16384, batch_invariant: bool = False,
+def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engines.SAMPLING.max_new_tokens,
+                 temperature: float = engines.SAMPLING.temperature, top_p: float = engines.SAMPLING.top_p, seed: int = 0, max_context: int = 16384, batch_invariant: bool = False,
                  max_batch_size: int = 64, num_threads: int | None = None, chat_template: str | None = None,
                  gpu_memory: float = 0.7, vllm_eager: bool = False, local_rank: int | None = None,
                  own_session: bool = False, base_url: str | None = None, timeout_s: float = 60.0,
@@ -562,7 +561,7 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = 1024
                                     invariance="auto" if batch_invariant and on_cpu else "off",
                                     engine_dtype=getattr(torch, engine_dtype) if engine_dtype else None)
     if kind == "vllm":
-        import vllm_backend   # (vLLM is imported only by those who use it)
+        from engines import vllm_backend   # (vLLM is imported only by those who use it)
         backend = vllm_backend.VLLMBackend(str(model), tokenizer=tokenizer, **sampling, seed=seed,
                                            max_model_len=max_context, gpu_memory_utilization=gpu_memory,
                                            local_rank=local_rank, own_session=own_session, enforce_eager=vllm_eager,

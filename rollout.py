@@ -2,8 +2,8 @@
 and the runner that drives many episodes over a pool of browser contexts.
 
 - ``rollout(env, backend, tokenizer, task, cfg)``: one episode. Each step renders the history with dynamic
-  context compression (compress.py), generates one response (a backend: hf_backend.py, vllm_backend.py or
-  policy.OpenAIBackend) and executes it (env/). Every step is kept as a token-exact ``Sample`` (the prompt ids
+  context compression (compress.py), generates one response (a backend behind engines/'s interface: the HF
+  engine, vLLM or policy.OpenAIBackend) and executes it (env/). Every step is kept as a token-exact ``Sample`` (the prompt ids
   the policy saw + the ids it generated, never re-tokenized), so M-GRPO scores each action under the context it
   was generated in.
 - ``Runner``: N episodes over at most ``size`` browser contexts of one ``env.BrowserPool``, with one policy
@@ -35,6 +35,7 @@ from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar
 from playwright.async_api import Error as PlaywrightError
 
 import compress
+import engines
 import env as webenv
 
 log = logging.getLogger("webagent.rollout")
@@ -47,11 +48,11 @@ class EpisodeConfig:
     """system prompt: thinking | plain | short | short_plain (compress.system_prompt)"""
     compress: bool = True
     """dynamic context compression (Sec. 2.3); --no-compress keeps every observation"""
-    temperature: float = 1.0
+    temperature: float = engines.SAMPLING.temperature
     """sampling temperature (paper: 1.0 in rollouts); 0 = greedy"""
-    top_p: float = 1.0
+    top_p: float = engines.SAMPLING.top_p
     """nucleus sampling (paper: 1.0)"""
-    max_new_tokens: int = 1024
+    max_new_tokens: int = engines.SAMPLING.max_new_tokens
     """tokens per response (paper: 1,024)"""
     max_context: int = 16384
     """prompt + response tokens (paper: 16,384); the current observation is truncated to fit"""
@@ -383,7 +384,7 @@ def action_timed_out(step: dict) -> bool:
 
 def task_counts(trajs: list[Trajectory], tasks: Sequence[webenv.Task]) -> dict[str, float]:
     """This rank's episodes ("task_n/ID") and successes ("task_ok/ID") of every task of the run, rolled out or
-    not: the same keys on every rank, as trainlib.all_reduce_mean needs. A task whose episodes start in several
+    not: the same keys on every rank, as trainlib.distributed.all_reduce_mean needs. A task whose episodes start in several
     ways by seed (``TaskFamily.start_kinds``: the site suite's logged-in and logged-out starts) is counted per
     kind too, as "ID@KIND"."""
     by_id = {t.task_id: (t, webenv.family_of(t)) for t in tasks}

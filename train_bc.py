@@ -45,7 +45,7 @@ import bc_data
 import compress
 import logprobs
 import policy
-import trainlib
+from trainlib import checkpoints, cli, distributed, optim, runlog
 
 log = logging.getLogger("webagent.bc")
 
@@ -205,21 +205,21 @@ def bc_step(engine, batches: list[list[Sample]], pad_id: int, forward_batch: int
             m = loss_mask[:, 1:]                                                              # [b, L-1]
             loss = -(logp[:, 1:] * m).sum() / tokens
             last = k == len(batches) - 1 and j == len(parts) - 1
-            gn = trainlib.accumulate(engine, loss / len(batches), boundary=last)   # the mean over micro-batches
+            gn = optim.accumulate(engine, loss / len(batches), boundary=last)   # the mean over micro-batches
             with torch.no_grad():
                 acc_sum += float((top1[:, 1:] * m).sum())
                 tok_sum += float(m.sum())
                 loss_sum += float(loss)
     return {"train/loss": loss_sum / len(batches), "train/action_token_acc": acc_sum / max(tok_sum, 1),
-            "train/lr": engine.get_lr()[0], "train/grad_norm": trainlib.last_grad_norm(engine, gn)}
+            "train/lr": engine.get_lr()[0], "train/grad_norm": optim.last_grad_norm(engine, gn)}
 
 
 def main(args: Args) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    rank, _, world = trainlib.init_distributed()
-    trainlib.set_cpu_threads(args.torch_threads)
+    rank, _, world = distributed.init_distributed()
+    optim.set_cpu_threads(args.torch_threads)
     device, dtype = policy.decide_device()
-    args.ds_config = trainlib.checked_ds_config(args.ds_config, device)
+    args.ds_config = optim.checked_ds_config(args.ds_config, device)
     grad_accum = max(1, args.batch_size // (args.micro_batch * world))
     effective_batch = args.micro_batch * grad_accum * world
     out = Path(args.out)
@@ -244,16 +244,16 @@ def main(args: Args) -> Path:
 
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    cfg = trainlib.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=grad_accum,
-                             world_size=world, bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
-    engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=args.weight_decay,
-                                  schedule=trainlib.cosine_with_warmup(total_steps, args.warmup_frac))
+    cfg = optim.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=grad_accum,
+                          world_size=world, bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
+    engine = optim.make_engine(model, cfg, lr=args.lr, weight_decay=args.weight_decay,
+                                  schedule=optim.cosine_with_warmup(total_steps, args.warmup_frac))
     step, cursor = 0, 0   # optimizer steps done; micro-batches consumed (this rank)
-    if args.resume and (ckpt := trainlib.latest_checkpoint(out)):
-        state = trainlib.load_checkpoint(engine, ckpt, rank)
+    if args.resume and (ckpt := checkpoints.latest_checkpoint(out)):
+        state = checkpoints.load_checkpoint(engine, ckpt, rank)
         step, cursor = state["step"], state["cursor"]
         log.info("resumed from %s at step %d", ckpt, step)
-    metrics = trainlib.Metrics(out, enabled=rank == 0, start_step=step)
+    metrics = runlog.Metrics(out, enabled=rank == 0, start_step=step)
     if cot_counts:
         metrics.log(0, {k: float(v) for k, v in cot_counts.items()})
     stop = {"flag": False}
@@ -273,14 +273,14 @@ def main(args: Args) -> Path:
         metrics.log(step, {**stats, "train/samples_per_s": step * effective_batch / (time.time() - t0)})
         bar.set_postfix(loss=f"{stats['train/loss']:.3f}", acc=f"{stats['train/action_token_acc']:.2f}")
         if args.save_every and step % args.save_every == 0 and step < total_steps:
-            trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+            checkpoints.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
     bar.close()
 
-    ckpt = trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
-    final = trainlib.publish_hf(ckpt, out, rank)
+    ckpt = checkpoints.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+    final = checkpoints.publish_hf(ckpt, out, rank)
     if rank == 0:
         metrics.close()
-        trainlib.plot_metrics(out / "metrics.jsonl", [("train/loss", "loss (Eq. 1)"),
+        runlog.plot_metrics(out / "metrics.jsonl", [("train/loss", "loss (Eq. 1)"),
                               ("train/action_token_acc", "action-token accuracy"), ("train/lr", "learning rate")],
                               out / "loss.png", title=f"BC: {args.model}")
         log.info("saved %s%s", final, " (interrupted)" if stop["flag"] else "")
@@ -289,4 +289,4 @@ def main(args: Args) -> Path:
 
 
 if __name__ == "__main__":
-    main(trainlib.parse_args(Args))
+    main(cli.parse_args(Args))

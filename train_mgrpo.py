@@ -49,7 +49,7 @@ import env as webenv
 import logprobs
 import mismatch
 import policy
-import trainlib
+from trainlib import checkpoints, cli, distributed, lora, optim, runlog
 from env import webarena
 from rollout import (EnvConfig, EpisodeConfig, Job, Runner, Sample, Trajectory, group_noise, rollouts, task_counts,
                      task_success, trajectory_stats)
@@ -413,10 +413,10 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str
             is_w = gauge.weights(mb.samples, old, mask, first_epoch=epoch == 0)       # [n, L] or None
             loss, st = mgrpo_loss(logp, old, ref, mask, mb.adv.to(dev), mb.weight.to(dev),
                                   clip_eps=args.clip_eps, beta=args.beta, is_weight=is_w)
-            norm = trainlib.accumulate(engine, loss, boundary=k == len(mbs) - 1)
+            norm = optim.accumulate(engine, loss, boundary=k == len(mbs) - 1)
             tally.add(loss, st, ent, mask)
     return tally.stats(args.updates_per_batch, kl=ref_model is not None) | gauge.stats() | {
-        "train/grad_norm": trainlib.last_grad_norm(engine, norm), "train/lr": engine.get_lr()[0],
+        "train/grad_norm": optim.last_grad_norm(engine, norm), "train/lr": engine.get_lr()[0],
         "train/samples": float(len(batch.samples)), "train/samples_scored": float(sum(map(len, mbs)))}
 
 
@@ -458,12 +458,12 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 t0 = time.time()
                 engine.module.eval()
                 trajs, rounds, _ = await sample_groups(groups.next_round, args.tasks_per_step // world,
-                                                       args.dynamic_sampling, reduce_sum=trainlib.all_reduce_sum)
+                                                       args.dynamic_sampling, reduce_sum=distributed.all_reduce_sum)
                 times = {"rollout/seconds": time.time() - t0}
 
                 # ---- advantages, weights, update (Eq. 2) [collectives: groups in the loss, learn?, the gradients] ----
-                batch = mgrpo_batch(trajs, args.credit, reduce_sum=trainlib.all_reduce_sum)
-                learn = trainlib.all_reduce_sum(batch.groups) > 0
+                batch = mgrpo_batch(trajs, args.credit, reduce_sum=distributed.all_reduce_sum)
+                learn = distributed.all_reduce_sum(batch.groups) > 0
                 t1 = time.time()
                 engine.module.train()
                 if learn:   # (vLLM: the sync check's probe scored, the engine asleep: its GPU memory to the update)
@@ -478,8 +478,8 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 # ---- log [collectives: the metrics averaged over ranks, the mismatch's largest, the Stop] ----
                 stats = step_stats(trajs, batch, rounds, train_stats | times, tasks, args) | synced
                 out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
-                stopped = Stop(trainlib.all_reduce_max(Stop.INTERRUPTED if interrupted.is_set() else
-                                                       Stop.TIME_BUDGET if out_of_time else Stop.NO))
+                stopped = Stop(distributed.all_reduce_max(Stop.INTERRUPTED if interrupted.is_set() else
+                                                          Stop.TIME_BUDGET if out_of_time else Stop.NO))
                 if args.eval_every and (step % args.eval_every == 0 or step == args.steps
                                         or stopped == Stop.TIME_BUDGET):   # (the last step too, unless interrupted)
                     engine.module.eval()
@@ -490,7 +490,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
 
                 # ---- save ----
                 if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
-                    trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": groups.cursor}, rank)
+                    checkpoints.save_checkpoint(engine, tokenizer, out, step, {"cursor": groups.cursor}, rank)
         finally:
             bar.close()
             await backend.aclose()
@@ -507,7 +507,7 @@ async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task],
     got = await rollouts(runner, backend, tokenizer, jobs, dataclasses.replace(args.episode, temperature=0.0))
     counts = torch.tensor([len(got), sum(t.reward > 0 for t in got), sum(len(t.steps) for t in got),
                            sum(t.parse_errors for t in got), sum(t.env_error for t in got)], dtype=torch.long)
-    n, ok, turns, bad, errors = trainlib.all_reduce(counts, torch.distributed.ReduceOp.SUM).tolist()   # one collective
+    n, ok, turns, bad, errors = distributed.all_reduce(counts, torch.distributed.ReduceOp.SUM).tolist()   # one collective
     return {"val/success_rate": ok / max(n, 1), "val/parse_fail_rate": bad / max(turns, 1),
             "val/env_errors": float(errors), "val/episodes": float(n)}
 
@@ -527,8 +527,8 @@ def step_stats(trajs: list[Trajectory], batch: Batch, rounds: int, train_stats: 
                   "train/step_groups_signal": float(batch.step_groups_differ)}
     if (sites := webarena.site_pool()) is not None:    # site replicas leased per trajectory
         stats |= sites.step_stats()
-    largest = {k: trainlib.all_reduce_fmax(stats.pop(k)) for k in mismatch.MISMATCH_MAX if k in stats}   # (every rank)
-    return task_success(trainlib.all_reduce_mean(stats)) | largest
+    largest = {k: distributed.all_reduce_fmax(stats.pop(k)) for k in mismatch.MISMATCH_MAX if k in stats}   # (every rank)
+    return task_success(distributed.all_reduce_mean(stats)) | largest
 
 
 def log_step(out: Path, step: int, trajs: list[Trajectory], stats: dict[str, float], args: Args, bar) -> None:
@@ -549,10 +549,10 @@ def log_step(out: Path, step: int, trajs: list[Trajectory], stats: dict[str, flo
 def main(args: Args) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ep = args.episode
-    rank, local_rank, world = trainlib.init_distributed(timeout_s=trainlib.collective_timeout_s(ep.episode_timeout))
-    trainlib.set_cpu_threads(args.update_threads)   # this thread updates; generation has its own thread
+    rank, local_rank, world = distributed.init_distributed(timeout_s=distributed.collective_timeout_s(ep.episode_timeout))
+    optim.set_cpu_threads(args.update_threads)   # this thread updates; generation has its own thread
     device, dtype = policy.decide_device()
-    args.ds_config = trainlib.checked_ds_config(args.ds_config, device)
+    args.ds_config = optim.checked_ds_config(args.ds_config, device)
     if args.backend == "vllm" and not Path(args.model).is_dir():
         raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
     if args.lora_rank < 0:
@@ -567,7 +567,7 @@ def main(args: Args) -> Path:
     tasks = [dataclasses.replace(t, max_steps=args.max_turns) for t in args.env.load_tasks()]
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        log.info("args %s", webenv.redact(json.dumps(trainlib.args_dict(args))))
+        log.info("args %s", webenv.redact(json.dumps(cli.args_dict(args))))
         log.info("%d trajectories per step = B %d x G %d, %d groups per rank", args.tasks_per_step * args.group_size,
                  args.tasks_per_step, args.group_size, args.tasks_per_step // world)
     torch.manual_seed(args.seed * 1000 + rank)
@@ -578,24 +578,24 @@ def main(args: Args) -> Path:
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.lora_rank:   # the optimizer sees the adapters only
-        model = trainlib.add_lora(model, args.lora_rank, args.lora_alpha)
+        model = lora.add_lora(model, args.lora_rank, args.lora_alpha)
         if rank == 0:
             log.info("LoRA rank %d: %d of %d parameters trained", args.lora_rank, *model.get_nb_trainable_parameters())
-    cfg = trainlib.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
-                             bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
-    engine = trainlib.make_engine(model, cfg, lr=args.lr, weight_decay=0.0, betas=(0.9, args.adam_beta2),
-                                  schedule=trainlib.linear_warmup(args.warmup_steps))
+    cfg = optim.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
+                          bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
+    engine = optim.make_engine(model, cfg, lr=args.lr, weight_decay=0.0, betas=(0.9, args.adam_beta2),
+                                  schedule=optim.linear_warmup(args.warmup_steps))
     # the frozen reference pi_ref of the KL term (none for beta = 0), partitioned like the policy under ZeRO-3
     ref = (policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)[0]
            if args.beta else None)
-    ref_model = trainlib.make_reference(ref, cfg) if ref is not None else None
+    ref_model = optim.make_reference(ref, cfg) if ref is not None else None
     step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
-    if args.resume and (ckpt := trainlib.latest_checkpoint(out)):
-        state = trainlib.load_checkpoint(engine, ckpt, rank)
+    if args.resume and (ckpt := checkpoints.latest_checkpoint(out)):
+        state = checkpoints.load_checkpoint(engine, ckpt, rank)
         step, cursor = state["step"], state["cursor"]
         log.info("resumed from %s at step %d", ckpt, step)
     on_cpu_invariant = ep.batch_invariant and device.type == "cpu"
-    if args.backend == "hf" and trainlib.zero_stage(cfg) == 3 and (world > 1 or on_cpu_invariant):
+    if args.backend == "hf" and optim.zero_stage(cfg) == 3 and (world > 1 or on_cpu_invariant):
         raise SystemExit("--backend hf with ZeRO-3 would gather weights in lock-step for every generated token on "
                          "several ranks, and copy partitions on a CPU (--batch-invariant); use ZeRO-0/2 or vllm")
     args = mismatch.resolved(args)   # --rollout-correction: auto made tis or none, checked, logged
@@ -612,15 +612,15 @@ def main(args: Args) -> Path:
     # Ctrl-C: finish the step, then every rank stops at the same step (Stop is agreed) and saves once
     interrupted = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: interrupted.set())
-    metrics = trainlib.Metrics(out, enabled=rank == 0, start_step=step)
+    metrics = runlog.Metrics(out, enabled=rank == 0, start_step=step)
     if rank == 0:
-        trainlib.rewind_jsonl(out / "trajectories.jsonl", step)
+        runlog.rewind_jsonl(out / "trajectories.jsonl", step)
     step, cursor, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics,
                                               step=step, cursor=cursor, interrupted=interrupted))
 
     # ---- save ----
-    ckpt = trainlib.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
-    final = trainlib.publish_hf(ckpt, out, rank)
+    ckpt = checkpoints.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+    final = checkpoints.publish_hf(ckpt, out, rank)
     if rank == 0:
         metrics.close()
         plot_dynamics(out, args.model, step)
@@ -639,9 +639,9 @@ def plot_dynamics(out: Path, model: str, step: int) -> None:
               ("mismatch/kl_k3", "engine/trainer mismatch (token KL)"),
               ("rollout/parse_fail_rate", "unparsable responses / turn"),
               ("rollout/response_tokens", "response tokens / trajectory"), ("rollout/success/*", "success per task")]
-    trainlib.plot_metrics(out / "metrics.jsonl", panels, out / "dynamics.png",
-                          title=f"M-GRPO training dynamics: {out} (from {model})", smooth=max(5, step // 10))
+    runlog.plot_metrics(out / "metrics.jsonl", panels, out / "dynamics.png",
+                        title=f"M-GRPO training dynamics: {out} (from {model})", smooth=max(5, step // 10))
 
 
 if __name__ == "__main__":
-    main(trainlib.parse_args(Args))
+    main(cli.parse_args(Args))

@@ -27,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 import eval as ev  # noqa: E402
-import hf_backend  # noqa: E402
-import trainlib  # noqa: E402
+from engines import hf_backend  # noqa: E402
+from trainlib import cli  # noqa: E402
 
 TASKS = DEMO_TASKS   # make demo's 8 tasks (scripts/demo_common.sh)
 
@@ -36,7 +36,7 @@ TASKS = DEMO_TASKS   # make demo's 8 tasks (scripts/demo_common.sh)
 def run(model: str, pages: int, invariant: bool, out: Path, concurrency: int = 8,
         extra: tuple[str, ...] = ()) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    ev.main(trainlib.parse_args(ev.Args, [
+    ev.main(cli.parse_args(ev.Args, [
         "--model", f"m={model}", "--tasks", TASKS, "--episodes", str(pages), "--seed-start", "500000",
         "--prompt", "short", "--max-new-tokens", "64", "--max-steps", "6", "--concurrency", str(concurrency),
         "--no-screenshots", "--out", str(out), "--batch-invariant" if invariant else "--no-batch-invariant", *extra]))

@@ -42,9 +42,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-import hf_backend  # noqa: E402
+from engines import hf_backend  # noqa: E402
 import policy  # noqa: E402
-import vllm_backend  # noqa: E402
+from engines import vllm_backend  # noqa: E402
 
 
 @dataclass

@@ -38,10 +38,10 @@ from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own direc
 import torch  # noqa: E402
 
 import env as webenv  # noqa: E402
-import hf_backend  # noqa: E402
+from engines import hf_backend  # noqa: E402
 import logprobs  # noqa: E402
 import policy  # noqa: E402
-import trainlib  # noqa: E402
+from trainlib import cli, optim  # noqa: E402
 import train_mgrpo  # noqa: E402
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts  # noqa: E402
 
@@ -165,7 +165,7 @@ def main(args: Args) -> dict:
     t0 = time.time()
     groups = asyncio.run(roll_out(args, model, tok))
     t_roll = time.time() - t0
-    trainlib.set_cpu_threads(0)
+    optim.set_cpu_threads(0)
     t0 = time.time()
     grads = group_gradients(model, groups, modes, tok.pad_token_id, args)
     t_grad = time.time() - t0
@@ -198,4 +198,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(trainlib.parse_args(Args))
+    main(cli.parse_args(Args))

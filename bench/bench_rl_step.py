@@ -57,9 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 
 import env as webenv  # noqa: E402
-import hf_backend  # noqa: E402
+from engines import hf_backend  # noqa: E402
 import policy  # noqa: E402
-import trainlib  # noqa: E402
+from trainlib import cli, distributed, optim  # noqa: E402
 import train_mgrpo  # noqa: E402  (the batch and the update this bench times)
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
 
@@ -157,13 +157,13 @@ async def one_step(cfg: Config, k: int, runner: Runner, backends, tok, engine, r
 
 
 async def main(args: Args) -> None:
-    trainlib.init_distributed()
-    trainlib.set_cpu_threads(args.update_threads)
+    distributed.init_distributed()
+    optim.set_cpu_threads(args.update_threads)
     configs = parse_configs(args.configs)
     model, tok = policy.load(args.model)
-    ds = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
-    engine = trainlib.make_engine(model, ds, lr=1e-6, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
-    ref = trainlib.make_reference(policy.load(args.model)[0], ds) if args.beta else None
+    ds = optim.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+    engine = optim.make_engine(model, ds, lr=1e-6, weight_decay=0.0, schedule=optim.linear_warmup(0))
+    ref = optim.make_reference(policy.load(args.model)[0], ds) if args.beta else None
     backends = {}
     for c in configs:   # one per configuration: its generation threads are set when its thread starts
         backends[c.name] = hf_backend.HFBackend(engine.module, tok, max_new_tokens=args.max_new_tokens,
@@ -208,4 +208,4 @@ async def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(trainlib.parse_args(Args)))
+    asyncio.run(main(cli.parse_args(Args)))

@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import env as webenv  # noqa: E402
-import hf_backend  # noqa: E402
+from engines import hf_backend  # noqa: E402
 import policy  # noqa: E402
-import trainlib  # noqa: E402
+from trainlib import cli, distributed, optim  # noqa: E402
 import train_mgrpo  # noqa: E402  (the update this bench times)
-import vllm_backend  # noqa: E402
+from engines import vllm_backend  # noqa: E402
 from compress import PromptKind  # noqa: E402
 from rollout import EpisodeConfig, Trajectory, rollout  # noqa: E402
 
@@ -157,7 +157,7 @@ async def compare_vllm(envs, tok, model, tasks, args: Args, hf_row) -> None:
 
 async def main(args: Args) -> None:
     all_cores = torch.get_num_threads()                     # torch's default, before anything changes it
-    trainlib.set_cpu_threads(args.torch_threads)
+    optim.set_cpu_threads(args.torch_threads)
     model, tok = policy.load(args.model)
     backend = hf_backend.HFBackend(model, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                    num_threads=args.torch_threads or None)
@@ -183,9 +183,9 @@ async def main(args: Args) -> None:
           f"tokens/s x{(a[3] / a[1]) / (lk[3] / lk[1]):.2f}")
 
     # ---- one M-GRPO update on the async samples: the rollout / train split ----
-    trainlib.init_distributed()
-    cfg = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
-    engine = trainlib.make_engine(model, cfg, lr=1e-6, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
+    distributed.init_distributed()
+    cfg = optim.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+    engine = optim.make_engine(model, cfg, lr=1e-6, weight_decay=0.0, schedule=optim.linear_warmup(0))
     trajs: list[Trajectory] = a[0]
     samples = [s for t in trajs for s in t.samples]
     batch = train_mgrpo.Batch(samples, adv=[1.0 if t.reward > 0 else -1.0 for t in trajs for _ in t.samples],
@@ -205,4 +205,4 @@ async def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(trainlib.parse_args(Args)))
+    asyncio.run(main(cli.parse_args(Args)))

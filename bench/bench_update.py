@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 
 import env as webenv  # noqa: E402
-import hf_backend  # noqa: E402
+from engines import hf_backend  # noqa: E402
 import logprobs  # noqa: E402
 import policy  # noqa: E402
-import trainlib  # noqa: E402
+from trainlib import cli, distributed, optim  # noqa: E402
 import train_mgrpo  # noqa: E402  (the update this bench times)
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
 
@@ -81,14 +81,14 @@ async def roll(model, tok, args: Args) -> list[train_mgrpo.Batch]:
 
 
 def main(args: Args) -> None:
-    trainlib.init_distributed()
-    trainlib.set_cpu_threads(0)
+    distributed.init_distributed()
+    optim.set_cpu_threads(0)
     ways = args.ways.split(",")
     model, tok = policy.load(args.model)
     batches = [b for b in asyncio.run(roll(model, tok, args)) if b.groups]
-    ds = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
-    engine = trainlib.make_engine(model, ds, lr=0.0, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
-    ref = trainlib.make_reference(policy.load(args.model)[0], ds) if args.beta else None
+    ds = optim.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+    engine = optim.make_engine(model, ds, lr=0.0, weight_decay=0.0, schedule=optim.linear_warmup(0))
+    ref = optim.make_reference(policy.load(args.model)[0], ds) if args.beta else None
     targs = train_mgrpo.Args(micro_batch=args.micro_batch, beta=args.beta,
                              episode=EpisodeConfig(prompt="short", max_new_tokens=64, temperature=1.0))
     engine.module.train()
@@ -118,4 +118,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    main(trainlib.parse_args(Args))
+    main(cli.parse_args(Args))

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r'''
 import asyncio, json, sys, time
 t0 = time.time()
-from vllm_backend import VLLMBackend
+from engines.vllm_backend import VLLMBackend
 
 async def main(model, eager, requests):
     backend = VLLMBackend(model, max_new_tokens=40, max_model_len=2048, enforce_eager=eager)

@@ -5,7 +5,7 @@ BC steps (Eq. 1), a checkpoint saved and reloaded in the training dtype, and the
 a fresh forward of the reloaded model, and the engine/trainer mismatch of the samples (vLLM in bf16 against
 ZeRO-3 where vLLM is installed: ``engine_mismatch``). Prints tokens/s, MFU with its formula, and GPU memory per phase (load,
 update, BC, save and reload: peak allocated and reserved, what is held at its end, and what
-``trainlib.free_cached_memory`` hands back after load and after the update, where the trainer calls it before
+``optim.free_cached_memory`` hands back after load and after the update, where the trainer calls it before
 vLLM starts and before it wakes).
 
 What the samples are: B x G trajectories of T turns; turn t's sample is the conversation so far (a prompt of
@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-import hf_backend  # noqa: E402
+from engines import hf_backend  # noqa: E402
 import logprobs  # noqa: E402
 import policy  # noqa: E402
-import trainlib  # noqa: E402
+from trainlib import checkpoints, distributed, optim  # noqa: E402
 from rollout import Sample, Trajectory  # noqa: E402
 from mismatch import engine_logprobs, mismatch_stats, mismatch_sums  # noqa: E402
 from train_mgrpo import Args as MGRPOArgs, mgrpo_batch, update  # noqa: E402
@@ -120,9 +120,9 @@ class PhaseMemory:
                 ("end_allocated", torch.cuda.memory_allocated()), ("end_reserved", torch.cuda.memory_reserved()))}
 
     def freed(self, name: str) -> None:
-        """``trainlib.free_cached_memory`` at the end of phase ``name``: what it handed back."""
+        """``optim.free_cached_memory`` at the end of phase ``name``: what it handed back."""
         if self.cuda:
-            self.phases[name]["freed_by_empty_cache"] = round(trainlib.free_cached_memory() / 2**30, 2)
+            self.phases[name]["freed_by_empty_cache"] = round(optim.free_cached_memory() / 2**30, 2)
 
 
 def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, device: torch.device,
@@ -136,7 +136,7 @@ def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, de
     engine_lp = None
     if device.type == "cuda" and importlib.util.find_spec("vllm") is not None:
         try:
-            import vllm_backend
+            from engines import vllm_backend
             backend = vllm_backend.VLLMBackend(str(hf_dir), dtype="bfloat16", gpu_memory_utilization=0.3,
                                                max_model_len=max(len(s.ids) for s in samples) + 8)
 
@@ -178,7 +178,7 @@ def main() -> None:
     ap.add_argument("--out", default="", help="where the checkpoint goes (default: a temporary directory)")
     a = ap.parse_args()
 
-    rank, _, _ = trainlib.init_distributed()
+    rank, _, _ = distributed.init_distributed()
     device, dtype = policy.decide_device()
     cuda = device.type == "cuda"
     memory = PhaseMemory(cuda)
@@ -189,10 +189,10 @@ def main() -> None:
                    if "embed_tokens" not in name and "lm_head" not in name)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         tokenizer = policy.build_tokenizer(["a b c d e f g"] * 10, vocab_size=300)
-        cfg = trainlib.ds_config("configs/zero3.json", micro_batch=a.micro_batch, grad_accum=1, world_size=1,
-                                 bf16=dtype == torch.bfloat16, grad_clip=1.0)
-        engine = trainlib.make_engine(model, cfg, lr=1e-5, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
-        ref = trainlib.make_reference(build(a.shape, device, dtype), cfg)
+        cfg = optim.ds_config("configs/zero3.json", micro_batch=a.micro_batch, grad_accum=1, world_size=1,
+                              bf16=dtype == torch.bfloat16, grad_clip=1.0)
+        engine = optim.make_engine(model, cfg, lr=1e-5, weight_decay=0.0, schedule=optim.linear_warmup(0))
+        ref = optim.make_reference(build(a.shape, device, dtype), cfg)
     memory.freed("load")              # train_mgrpo: before the vLLM engine starts
     args = MGRPOArgs(micro_batch=a.micro_batch)
     trajs = trajectories(a.groups, a.group_size, a.turns, a.prompt_tokens, a.action_tokens)
@@ -233,7 +233,7 @@ def main() -> None:
     # ---- checkpoint, reload in the training dtype, compare log-probs ----
     with tempfile.TemporaryDirectory() as tmp, memory("save_reload"):
         out = Path(a.out or tmp)
-        ckpt = trainlib.save_checkpoint(engine, tokenizer, out, 1, {}, rank)
+        ckpt = checkpoints.save_checkpoint(engine, tokenizer, out, 1, {}, rank)
         reloaded, _ = policy.load(str(ckpt / "hf"), device=device, dtype=dtype)
         probe = samples[:1]
         ids, attn, mask = (x.to(device) for x in logprobs.pad_batch([s.ids for s in probe], [s.mask for s in probe],
@@ -250,7 +250,7 @@ def main() -> None:
 
     # ---- the engine is not the trainer (issue 86): an engine's log-probs of the samples against ZeRO-3's ----
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = trainlib.save_checkpoint(engine, tokenizer, Path(a.out or tmp), 2, {}, rank)
+        ckpt = checkpoints.save_checkpoint(engine, tokenizer, Path(a.out or tmp), 2, {}, rank)
         mismatch_engine, mismatch = engine_mismatch(ckpt / "hf", samples, engine, tokenizer.pad_token_id, device,
                                                     dtype, a.micro_batch)
 
@@ -265,7 +265,7 @@ def main() -> None:
     result = {
         "shape": a.shape, "device": name, "dtype": str(dtype), "params": n_params,
         "attention": hf_cfg._attn_implementation,
-        "zero_stage": trainlib.zero_stage(cfg), "samples": len(samples), "update_tokens": tokens,
+        "zero_stage": optim.zero_stage(cfg), "samples": len(samples), "update_tokens": tokens,
         "update_seconds": t_update, "update_tokens_per_s": tokens / t_update,
         "update_mfu": mfu(update_flops, t_update), "bc_seconds_per_step": t_bc,
         "bc_tokens_per_s": bc_tokens / t_bc if t_bc else None,

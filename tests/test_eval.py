@@ -15,7 +15,7 @@ import torch
 import env as webenv
 import eval as ev
 import eval_stats
-import trainlib
+from trainlib import cli
 from rollout import EnvConfig, EpisodeConfig
 from fake_openai import ChatHandler, serve
 
@@ -67,8 +67,8 @@ def _table_row(results: dict, run: str) -> str:
 def tiny_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval_tiny")
     # through the command line, as the demo runs it: --smoke caps episodes (2), steps (3) and tokens (32)
-    ev.main(trainlib.parse_args(ev.Args, ["--smoke", "--model", "untrained=tiny", "--tasks", TASKS,
-                                          "--max-steps", "1,2", "--max-new-tokens", "8", "--out", str(out)]))
+    ev.main(cli.parse_args(ev.Args, ["--smoke", "--model", "untrained=tiny", "--tasks", TASKS,
+                                     "--max-steps", "1,2", "--max-new-tokens", "8", "--out", str(out)]))
     return out
 
 
@@ -200,7 +200,7 @@ def test_an_evaluation_gives_the_same_episodes_at_any_concurrency(tmp_path):
     --concurrency 1 and 32, greedy and sampled at T = 1 with common random numbers; the same weights under two
     names draw the same episodes on every page (paired difference 0, SE 0) while a page's samples differ."""
     def run(out, models, concurrency):
-        ev.main(trainlib.parse_args(ev.Args, [
+        ev.main(cli.parse_args(ev.Args, [
             "--model", models, "--tasks", "miniwob:click-widget,click-option", "--episodes", "2", "--samples", "2",
             "--greedy", "--prompt", "short", "--max-new-tokens", "40", "--max-steps", "2", "--no-screenshots",
             "--concurrency", str(concurrency), "--out", str(tmp_path / out)]))
@@ -231,7 +231,7 @@ def test_reuse_joins_earlier_runs_to_the_tables(tiny_run, tmp_path):
     common = ["--smoke", "--tasks", TASKS, "--max-steps", "1,2", "--max-new-tokens", "8"]
 
     def run(out, *extra):
-        return ev.main(trainlib.parse_args(ev.Args, [*common, "--out", str(out), *extra]))
+        return ev.main(cli.parse_args(ev.Args, [*common, "--out", str(out), *extra]))
     old, _ = _load(tiny_run)
     only = run(tmp_path / "tables", "--model", "", "--reuse", str(tiny_run))
     assert only["runs"] == old["runs"]
@@ -307,7 +307,7 @@ def test_samples_per_page_pass_at_k_and_clustered_errors():
     assert ev.noise_base(common, "bc") == ev.noise_base(common, "rl") == 0
     assert len({ev.noise_base(independent, "bc"), ev.noise_base(independent, "rl"), 0}) == 3
     with pytest.raises(SystemExit, match="need --temperature > 0"):
-        ev.main(trainlib.parse_args(ev.Args, ["--temperature", "0", "--samples", "2"]))
+        ev.main(cli.parse_args(ev.Args, ["--temperature", "0", "--samples", "2"]))
 
 
 def test_validation_seed_range():

@@ -21,7 +21,7 @@ import compress
 import demos
 import env
 import experts
-import trainlib
+from trainlib import cli
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -101,7 +101,7 @@ def test_cli_writes_schema_and_only_successes(tmp_path, monkeypatch):
     out, failures = tmp_path / "demos.jsonl", tmp_path / "failed.jsonl"
     monkeypatch.setattr(experts, "EXPERTS_ORIGINAL", dict(experts.EXPERTS), raising=False)
     monkeypatch.setitem(experts.EXPERTS, "click-button", _wrong_on_odd_seeds)
-    rc = demos.main(trainlib.parse_args(demos.Args, [
+    rc = demos.main(cli.parse_args(demos.Args, [
         "--tasks", "miniwob:click-button,login-user", "--episodes", "4", "--split", "eval", "--out", str(out),
         "--failures", str(failures), "--prompt", "plain", "--concurrency", "4", "--no-progress"]))
     assert rc == 0
@@ -167,8 +167,8 @@ def test_imperfect_rates_are_fixed_per_episode_and_checked():
     assert abs(mistakes - 0.2) < 0.03 and abs(kinds.count("detour") / len(kinds) - 0.3) < 0.03
     assert demos.Quality().draw("miniwob/login-user/1")[0] is None
     with pytest.raises(SystemExit, match="fractions of episodes"):
-        demos.main(trainlib.parse_args(demos.Args, ["--tasks", "miniwob:login-user", "--episodes", "1",
-                                                    "--mistakes", "0.7", "--detours", "0.5"]))
+        demos.main(cli.parse_args(demos.Args, ["--tasks", "miniwob:login-user", "--episodes", "1",
+                                               "--mistakes", "0.7", "--detours", "0.5"]))
 
 
 def test_imperfect_replay_plans_without_a_browser():

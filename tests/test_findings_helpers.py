@@ -2,7 +2,7 @@
 - R1-CoT: demos.py --thoughts long (bc_data.long_thought: a reasoning paragraph built from the intent and
   the observation only, ending with the short "# Element: ..." line; the action is unchanged), unit tests on
   a fixed observation, Demo's plumbing on a fake env (both prompt formats), and one real-Chromium CLI run;
-- readable training dynamics: trainlib.moving_average / plot_metrics(smooth=...) (a "/*" panel draws one
+- readable training dynamics: runlog.moving_average / plot_metrics(smooth=...) (a "/*" panel draws one
   line per task), and the per-task success metrics of an RL step (rollout.task_counts, reduced over ranks,
   task_success);
 - the log-in argument's tables (scripts/findings_table.py): how far logged-out episodes get (login_progress), one
@@ -29,7 +29,7 @@ import compress
 import demos
 import env
 import experts
-import trainlib
+from trainlib import cli, runlog
 
 OBS = ('<html> <div> Click on the "Submit" button. </div> <button id="0" data-bbox="2,52,33,21"> Ok </button> '
        '<div> eget eget aliquet </div> <input id="1" type="text" value="" data-bbox="2,84,109,21"> '
@@ -115,7 +115,7 @@ def test_cli_long_thoughts_on_click_button(tmp_path):
     """Real Chromium: two click-button episodes with --thoughts long; every episode succeeds and every
     response is one parseable action after a long thought ending with the '# Element:' line."""
     out = tmp_path / "demos.jsonl"
-    rc = demos.main(trainlib.parse_args(demos.Args, [
+    rc = demos.main(cli.parse_args(demos.Args, [
         "--tasks", "miniwob:click-button", "--episodes", "2", "--split", "eval", "--out", str(out),
         "--thoughts", "long", "--concurrency", "1", "--no-progress"]))
     assert rc == 0
@@ -135,9 +135,9 @@ def test_cli_long_thoughts_on_click_button(tmp_path):
 # ---- readable training dynamics ----
 
 def test_moving_average_by_hand():
-    assert trainlib.moving_average([1, 2, 3, 4], 2) == [1.0, 1.5, 2.5, 3.5]
-    assert trainlib.moving_average([0, 1, 0, 1, 0], 3) == [0.0, 0.5, 1 / 3, 2 / 3, 1 / 3]
-    assert trainlib.moving_average([5.0], 4) == [5.0]
+    assert runlog.moving_average([1, 2, 3, 4], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert runlog.moving_average([0, 1, 0, 1, 0], 3) == [0.0, 0.5, 1 / 3, 2 / 3, 1 / 3]
+    assert runlog.moving_average([5.0], 4) == [5.0]
 
 
 def test_plot_metrics_smoothed_and_per_task(tmp_path):
@@ -146,8 +146,8 @@ def test_plot_metrics_smoothed_and_per_task(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = tmp_path / "dynamics.png"
-    plotted = trainlib.plot_metrics(path, [("rollout/success_rate", "success rate"), ("missing/key", "x"),
-                                           ("rollout/success/*", "success rate per task")], png, smooth=3)
+    plotted = runlog.plot_metrics(path, [("rollout/success_rate", "success rate"), ("missing/key", "x"),
+                                         ("rollout/success/*", "success rate per task")], png, smooth=3)
     assert png.stat().st_size > 0
     assert set(plotted) == {"rollout/success_rate", "rollout/success/miniwob/a", "rollout/success/miniwob/b"}
     steps, line = plotted["rollout/success_rate"]
@@ -155,22 +155,22 @@ def test_plot_metrics_smoothed_and_per_task(tmp_path):
     assert line == pytest.approx([1, 1 / 2, 2 / 3, 1 / 3, 2 / 3, 1 / 3, 2 / 3, 1 / 3])
     steps, line = plotted["rollout/success/miniwob/b"]                   # odd steps only: 0.1, 0.3, 0.5, 0.7
     assert steps == [1, 3, 5, 7] and line == pytest.approx([0.1, 0.2, 0.3, 0.5])
-    raw = trainlib.plot_metrics(path, [("rollout/success_rate", "success rate")], png, smooth=0)
+    raw = runlog.plot_metrics(path, [("rollout/success_rate", "success rate")], png, smooth=0)
     assert raw["rollout/success_rate"][1] == [float(s % 2) for s in range(1, 9)]      # smooth=0: the raw values
     # a panel's own smoothing (a sparse periodic evaluation is drawn as measured), several rows of panels
     sparse = rows + [{"step": s, "val/success_rate": s / 8} for s in (0, 4, 8)]
     path.write_text("".join(json.dumps(r) + "\n" for r in sparse))
     panels = [("val/success_rate", "validation", 1)] + [("rollout/success_rate", f"panel {k}") for k in range(5)]
-    both = trainlib.plot_metrics(path, panels, png, smooth=3)
+    both = runlog.plot_metrics(path, panels, png, smooth=3)
     assert both["val/success_rate"] == ([0, 4, 8], [0.0, 0.5, 1.0])
     assert both["rollout/success_rate"][1][1] == pytest.approx(1 / 2)
     # a validation rate with its episodes: the binomial standard error as error bars (none without the count)
     counted = sparse + [{"step": 12, "val/success_rate": 0.75, "val/episodes": 24.0}]
     path.write_text("".join(json.dumps(r) + "\n" for r in counted))
-    assert "val/success_rate SE" not in trainlib.plot_metrics(path, [("val/success_rate", "v", 1, "val/episodes")], png)
+    assert "val/success_rate SE" not in runlog.plot_metrics(path, [("val/success_rate", "v", 1, "val/episodes")], png)
     path.write_text("".join(json.dumps(r | {"val/episodes": 24.0} if "val/success_rate" in r else r) + "\n"
                             for r in counted))
-    bars = trainlib.plot_metrics(path, [("val/success_rate", "v", 1, "val/episodes")], png)["val/success_rate SE"]
+    bars = runlog.plot_metrics(path, [("val/success_rate", "v", 1, "val/episodes")], png)["val/success_rate SE"]
     assert bars[0] == [0, 4, 8, 12] and bars[1] == pytest.approx([0.0, (0.25 / 24) ** 0.5, 0.0, (0.1875 / 24) ** 0.5])
 
 

@@ -38,7 +38,7 @@ def test_gpu_path_script_runs_end_to_end_at_cpu_size(tmp_path):
 def test_gpu_path_on_a_gpu_in_bf16(tmp_path):
     """The same script on CUDA at the 0.5B shape, small samples: bf16 weights, SDPA or FlashAttention-2, the
     checkpoint reloads bit for bit in bf16, training moved the log-probs, and memory is reported per phase, with
-    the update's cached activations handed back by ``trainlib.free_cached_memory`` (docs/gpu.md)."""
+    the update's cached activations handed back by ``optim.free_cached_memory`` (docs/gpu.md)."""
     proc = subprocess.run([sys.executable, "bench/gpu_path.py", "--shape", "0.5b", "--groups", "1", "--turns", "2",
                            "--prompt-tokens", "256", "--action-tokens", "64", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -12,19 +12,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The project's modules by import name: the scripts and method modules at the top level, the environment as the
-#: package ``env`` (``env`` itself is its __init__.py).
-MODULES = {p.stem for p in ROOT.glob("*.py")} | {"env"} | {
-    f"env.{p.stem}" for p in (ROOT / "env").glob("*.py") if p.stem != "__init__"}
-LEAVES = {"compress", "policy", "hf_backend", "hf_kv", "vllm_backend", "trainlib", "logprobs", "mismatch",
-          "env.actions", "env.tasks", "env.sandbox"}
+#: The layers below the top level, a package each: the environment, the generation engines (and their interface,
+#: engines/__init__.py), what the trainers share.
+PACKAGES = ("env", "engines", "trainlib")
+#: The project's modules by import name: the scripts and method modules at the top level, the packages (a package
+#: itself is its __init__.py) and their modules.
+MODULES = {p.stem for p in ROOT.glob("*.py")} | set(PACKAGES) | {
+    f"{pkg}.{p.stem}" for pkg in PACKAGES for p in (ROOT / pkg).glob("*.py") if p.stem != "__init__"}
+TRAINLIB = {m for m in MODULES if m.split(".")[0] == "trainlib"}
+ENGINES = {m for m in MODULES if m.split(".")[0] == "engines"}
+LEAVES = {"compress", "policy", "logprobs", "mismatch", "env.actions", "env.tasks", "env.sandbox"} | TRAINLIB | ENGINES
 SCRIPTS = {"train_bc", "train_mgrpo", "eval", "pretrain"}
 ENV_PARTS = {m for m in MODULES if m.startswith("env.")}
 
 
 def source(module: str) -> Path:
-    if module == "env":
-        return ROOT / "env" / "__init__.py"
+    if module in PACKAGES:
+        return ROOT / module / "__init__.py"
     return ROOT / (module.replace(".", "/") + ".py")
 
 
@@ -32,7 +36,7 @@ def imports_of(module: str) -> set[str]:
     """Project modules that ``module`` imports anywhere in its code: functions and ``if TYPE_CHECKING:`` blocks
     too (a cycle through type hints is still a cycle a reader follows). ``from env import webarena`` imports
     env.webarena (and env, whose __init__ runs first; env's own modules import their siblings relatively)."""
-    package = "env" if module == "env" or module.startswith("env.") else ""
+    package = module.split(".")[0] if module.split(".")[0] in PACKAGES else ""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source(module).read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -47,8 +51,8 @@ def imports_of(module: str) -> set[str]:
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
     found = {m for m in found if m in MODULES} - {module}
-    if module in ENV_PARTS:
-        found.discard("env")        # a sibling's relative import, not a use of the package's front
+    if "." in module:
+        found.discard(module.split(".")[0])   # a sibling's import, not a use of the package's front
     return found
 
 
@@ -75,22 +79,29 @@ def test_no_import_cycle_and_dependencies_flow_one_way():
     # format); env/__init__.py gathers the package, its modules never import it
     for part in ENV_PARTS:
         assert graph[part] <= ENV_PARTS | {"compress"}, f"{part} imports {sorted(graph[part] - ENV_PARTS)}"
-    assert not graph["compress"] & (ENV_PARTS | {"env"}) and not graph["env.actions"] - {"compress"}
+    assert not graph["compress"] & (ENV_PARTS | {"env"}) and not graph["env.actions"] - {"compress", "engines"}
+    # the engines' interface imports nothing of the project (so that it costs no torch); trainlib's parts import
+    # no engine and nothing of the method
+    assert not graph["engines"] and not graph["trainlib"]
+    for part in TRAINLIB:
+        assert graph[part] <= TRAINLIB, f"{part} imports {sorted(graph[part] - TRAINLIB)}"
 
 
 def test_the_top_level_keeps_the_scripts_and_the_method():
-    """The environment lives in env/ with its public API as explicit names (no module __getattr__); the top level
-    holds the scripts a reader runs and the modules of the method, about a dozen at most (19: the HF generation
-    engine, hf_backend.py, is a module of its own beside the loading in policy.py, and its KV memory and
-    attention, hf_kv.py, one beside it; an evaluation's statistics
-    and its report, eval_stats.py and eval_report.py, beside eval.py, which runs it; the program that writes
-    demonstrations, demos.py, beside the scripted experts and their harness, experts.py; the engine/trainer
-    mismatch and its correction, mismatch.py, beside the update that uses it; the update's log pi(a | h),
-    logprobs.py, apart from the plumbing of trainlib.py)."""
+    """The top level holds the scripts a reader runs and the modules of the method, at most 16 (issue 101; 19
+    before); the layers below them are a package each (``PACKAGES``): the environment in env/ with its public API
+    as explicit names (no module __getattr__), the generation engines and their interface in engines/, what the
+    trainers share in trainlib/, one module per job, each <= 400 lines. An evaluation's statistics and its report,
+    eval_stats.py and eval_report.py, sit beside eval.py, which runs it; the program that writes demonstrations,
+    demos.py, beside the scripted experts, experts.py; the engine/trainer mismatch, mismatch.py, and the update's
+    log pi(a | h), logprobs.py, beside the trainer that uses them."""
     top = sorted(p.stem for p in ROOT.glob("*.py"))
-    assert len(top) <= 19, top
+    assert len(top) <= 16, top
     init = (ROOT / "env" / "__init__.py").read_text(encoding="utf-8")
     assert "__getattr__" not in init
+    parts = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "trainlib").glob("*.py")}
+    assert len(parts) >= 5 and max(parts.values()) <= 400, parts
+    assert "import" not in (ROOT / "trainlib" / "__init__.py").read_text(encoding="utf-8").split('"""')[-1]
 
 
 def test_the_three_families_join_the_same_way():
@@ -188,11 +199,11 @@ def test_the_project_speaks_only_of_its_own_runs():
 
 
 def test_no_module_is_a_very_long_room():
-    """No module of the project over 800 lines (hf_backend.py, env/browser.py and trainlib.py were 976-1,000 before
-    issue 88 split them by job); no script a reader runs (a top-level module with a ``__main__``) over 650; and
+    """No module of the project over 800 lines (engines/hf_backend.py, env/browser.py and trainlib were 976-1,000
+    before issue 88 split them by job); no script a reader runs (a top-level module with a ``__main__``) over 650; and
     every module's docstring says what it is, its departures and how to run it in <= 40 lines (the rest is
     docs/)."""
-    modules = [*ROOT.glob("*.py"), *(ROOT / "env").glob("*.py")]
+    modules = [*ROOT.glob("*.py"), *(p for pkg in PACKAGES for p in (ROOT / pkg).glob("*.py"))]
     lines = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in modules}
     scripts = {p for p in ROOT.glob("*.py") if '__name__ == "__main__"' in p.read_text(encoding="utf-8")}
     assert {"train_bc.py", "train_mgrpo.py", "eval.py", "demos.py"} <= {p.name for p in scripts}
@@ -212,7 +223,7 @@ def test_one_mgrpo_step_reads_on_a_few_screens():
     and ``train()`` without a backend-specific call (issue 88), its
     ``Args`` <= 35 fields, ``mgrpo_batch``
     <= 4 parameters, ``train()`` one page (<= 70 lines, no function defined inside it); policy.py <= 700 lines (the
-    generation engine is hf_backend.py); and docs/results.md, what the miniature shows, <= 250 lines (the
+    generation engines are engines/); and docs/results.md, what the miniature shows, <= 250 lines (the
     run-by-run record is docs/history.md)."""
     source_text = source("train_mgrpo").read_text(encoding="utf-8")
     tree = ast.parse(source_text)

@@ -10,9 +10,9 @@ import torch
 from rollout import Sample, Trajectory
 import env as webenv
 import logprobs
-import trainlib
+from trainlib import optim
 from train_mgrpo import Credit, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups, step_tasks
-from vllm_backend import sync_weights
+from engines.vllm_backend import sync_weights
 
 
 def make_batch(rng: random.Random, n_groups=3, G=4, max_steps=5, max_tokens=7):
@@ -270,9 +270,9 @@ def test_dynamic_sampling_rolls_until_a_round_worth_of_groups_has_signal():
 
 
 def test_linear_warmup():
-    s = trainlib.linear_warmup(4)
+    s = optim.linear_warmup(4)
     assert [s(k) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-    assert trainlib.linear_warmup(0)(0) == 1.0
+    assert optim.linear_warmup(0)(0) == 1.0
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -485,7 +485,7 @@ def test_sync_weights_frees_the_cache_wakes_weights_pushes_then_wakes_the_kv_cac
     one): after an update the trainer hands its cached GPU memory back before vLLM allocates anything, wakes the
     engine's weights, pushes the new ones, and only then re-allocates the KV cache, so the push's gather
     buffers and the cache are never on the GPU together."""
-    import vllm_backend
+    from engines import vllm_backend
     calls = []
 
     class Engine:
@@ -498,7 +498,7 @@ def test_sync_weights_frees_the_cache_wakes_weights_pushes_then_wakes_the_kv_cac
     async def push(backend, model):
         calls.append(("push", model))
 
-    monkeypatch.setattr(trainlib, "free_cached_memory", lambda: calls.append(("free_cached_memory",)) or 0)
+    monkeypatch.setattr(optim, "free_cached_memory", lambda: calls.append(("free_cached_memory",)) or 0)
     monkeypatch.setattr(vllm_backend, "push_weights_to_vllm", push)
     backend = vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, sleep_mode=True, stop_ids=[0])
     asyncio.run(sync_weights(backend, "model"))

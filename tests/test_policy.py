@@ -17,10 +17,11 @@ import time
 import pytest
 import torch
 
-import hf_backend
-import hf_kv
+import engines
+from engines import hf_backend
+from engines import hf_kv
 import policy
-import vllm_backend
+from engines import vllm_backend
 from fake_openai import ChatHandler, serve
 from processes import outliving, read_until
 
@@ -142,7 +143,7 @@ def test_words_split_tokenizes_a_label_the_same_everywhere():
 def test_load_tiny_save_reload_same_outputs(tiny, tmp_path):
     model, tok = tiny
     assert model.config.model_type == "qwen2" and model.dtype == torch.float32 and not model.training
-    assert model.generation_config.eos_token_id == hf_backend.end_of_turn_ids(tok)
+    assert model.generation_config.eos_token_id == engines.end_of_turn_ids(tok)
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     model2, tok2 = policy.load(str(tmp_path), device="cpu")
@@ -303,7 +304,7 @@ def test_hf_backend_stops_at_end_of_turn(tiny):
     assert s.finish_reason == "stop" and s.ids == g.ids[:k + 1]          # the stop token is kept in ids
     assert s.text == tok.decode(g.ids[:k], skip_special_tokens=True)     # ... but not in the text
     assert len(s.logprobs) == len(s.ids)
-    stops = hf_backend.end_of_turn_ids(tok)
+    stops = engines.end_of_turn_ids(tok)
     assert stops[:1] and tok.convert_tokens_to_ids("<|im_end|>") in stops
 
 
@@ -643,7 +644,7 @@ def test_every_backend_reads_a_request_s_settings_the_same_way(server, tiny):
         finally:
             await hf.aclose()
     assert len(asyncio.run(requests()).ids) <= 2
-    assert hf_backend.request_settings(hf, None, None, 0.5) == (5, 0.0, 0.5)
+    assert engines.request_settings(hf, None, None, 0.5) == (5, 0.0, 0.5)
     assert [c[1]["max_tokens"] for c in _Handler.calls] == [2]             # the refused ones never went out
     from rollout import EpisodeConfig                                      # and the flags fail when read
     with pytest.raises(ValueError, match="--max-new-tokens must be >= 1, not 0"):
@@ -692,7 +693,9 @@ def test_openai_backend_unreachable_server_is_an_error_not_a_crash():
 _ZERO3_SCRIPT = textwrap.dedent(r"""
     import asyncio, json, os, sys
     sys.path.insert(0, sys.argv[1])
-    import torch, deepspeed, policy, trainlib, vllm_backend
+    import torch, deepspeed, policy
+    from trainlib import distributed
+    from engines import vllm_backend
 
     model, _ = policy.build_tiny("tiny:layers=1,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300")
     reference = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -700,7 +703,7 @@ _ZERO3_SCRIPT = textwrap.dedent(r"""
            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
            "zero_allow_untested_optimizer": True}
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainlib.init_distributed()
+    distributed.init_distributed()
     ds_engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
     module = ds_engine.module
     partitioned = [n for n, p in module.named_parameters() if hasattr(p, "ds_id") and p.data.numel() == 0]
@@ -796,7 +799,7 @@ def test_engine_processes_detach_with_the_source_read_at_import(monkeypatch):
     long run (its lines shifted) once made the engine's processes die of a NameError."""
     import linecache
 
-    import vllm_backend
+    from engines import vllm_backend
     path = vllm_backend.__file__
     shifted = ["# a line added since the import\n"] * 7 + linecache.getlines(path)
     monkeypatch.setattr(linecache, "getlines", lambda name, *a: shifted if name == path else [])
@@ -903,7 +906,7 @@ def test_check_gpu_refuses_an_old_driver_or_python_in_one_line(tmp_path):
 _DETACHED_PARENT = textwrap.dedent(r"""
     import json, multiprocessing, os, sys, time
     sys.path.insert(0, sys.argv[1])
-    import vllm_backend
+    from engines import vllm_backend
 
     def child(ready):
         ready.set()

@@ -10,7 +10,7 @@ import pytest
 
 import compress
 import env as webenv
-import hf_backend
+import engines
 import policy
 from rollout import EpisodeConfig, Job, Runner, Trajectory, rollout, rollouts
 
@@ -39,7 +39,7 @@ class Scripted:
             await self.before()
         await asyncio.sleep(self.delay_s)
         ids = self.tokenizer(self.text, add_special_tokens=False)["input_ids"]
-        return hf_backend.Generation(ids=ids, logprobs=None, text=self.text, finish_reason="stop")
+        return engines.Generation(ids=ids, logprobs=None, text=self.text, finish_reason="stop")
 
 
 def click_button(seed: int, max_steps: int = 3) -> webenv.Task:
@@ -154,14 +154,14 @@ def test_scripts_embed_one_episode_config_as_plain_flags(capsys):
     Literal fields refuse other values at parse time, naming the choices."""
     import eval as ev
     import train_mgrpo
-    import trainlib
-    rl = trainlib.parse_args(train_mgrpo.Args, ["--temperature", "0.7", "--prompt", "short", "--no-compress",
-                                                "--zero-std", "keep", "--max-turns", "6", "--invalid-penalty", "0.1"])
+    from trainlib import cli
+    rl = cli.parse_args(train_mgrpo.Args, ["--temperature", "0.7", "--prompt", "short", "--no-compress",
+                                           "--zero-std", "keep", "--max-turns", "6", "--invalid-penalty", "0.1"])
     assert rl.episode == EpisodeConfig(prompt="short", compress=False, temperature=0.7)
     assert rl.credit == train_mgrpo.Credit(zero_std="keep", invalid_penalty=0.1) and rl.max_turns == 6
-    assert trainlib.parse_args(ev.Args, []).episode.temperature == 1.0          # evaluation: the paper's T = 1
-    assert trainlib.args_dict(rl)["temperature"] == 0.7 and "episode" not in trainlib.args_dict(rl)
+    assert cli.parse_args(ev.Args, []).episode.temperature == 1.0          # evaluation: the paper's T = 1
+    assert cli.args_dict(rl)["temperature"] == 0.7 and "episode" not in cli.args_dict(rl)
     for bad in (["--prompt", "verbose"], ["--zero-std", "drop"], ["--backend", "tgi"]):
         with pytest.raises(SystemExit):
-            trainlib.parse_args(train_mgrpo.Args, bad)
+            cli.parse_args(train_mgrpo.Args, bad)
         assert "invalid choice" in capsys.readouterr().err

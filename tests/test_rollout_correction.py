@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-import hf_backend
+from engines import hf_backend
 import logprobs
 from rollout import Sample
 from mismatch import engine_logprobs, mismatch_stats, mismatch_sums, rollout_correction

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import hf_backend
+from engines import hf_backend
 import policy
-import trainlib
+from trainlib import checkpoints
 from training import BC_FAST, DEEPSPEED, ROOT, free_port, metrics, params, run_script
 
 
@@ -33,7 +33,7 @@ def check_checkpoint(run_dir: Path, last: int = 2) -> None:
 
 def test_bc_zero3_trains_and_saves(demos, tmp_path, monkeypatch):
     """ZeRO-3 (ZeRO-0, the default, is test_bc_overfits_one_task's run). On gloo DeepSpeed builds no op: its
-    shared-memory one, a C++ compile, serves only its inference all-reduce (trainlib.init_distributed)."""
+    shared-memory one, a C++ compile, serves only its inference all-reduce (distributed.init_distributed)."""
     out, extensions = tmp_path / "zero3", tmp_path / "torch_extensions"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
     log = run_script("train_bc.py", *BC_FAST, "--data", str(demos), "--out", str(out), "--max-steps", "2",
@@ -90,7 +90,7 @@ def test_bc_killed_at_many_points_always_resumes(demos, tmp_path):
     ]
     for when in kill_points:
         assert run_until(when) == -signal.SIGKILL
-        ckpt = trainlib.latest_checkpoint(out)
+        ckpt = checkpoints.latest_checkpoint(out)
         assert ckpt is not None and (ckpt / "trainer_state.json").exists() and (ckpt / "hf").is_dir()
     assert run_until(lambda: False) == 0                        # to the end
     # a finished run resumed saves step 6 again: killed as the new copy replaces the old one (a window of a
@@ -98,7 +98,7 @@ def test_bc_killed_at_many_points_always_resumes(demos, tmp_path):
     # save removed step_6 first and left `latest` pointing at nothing)
     code = run_until(lambda: (out / "step_6.tmp" / "trainer_state.json").exists())
     assert code in (0, -signal.SIGKILL)
-    ckpt = trainlib.latest_checkpoint(out)
+    ckpt = checkpoints.latest_checkpoint(out)
     assert ckpt is not None and json.loads((ckpt / "trainer_state.json").read_text())["step"] == 6
     # --resume continues from the checkpoint `latest` names: as if the run had died after step 4, steps 5 and 6
     # run again and are logged once, the rows before them kept; its save of step 6 replaces what the kills
@@ -137,9 +137,10 @@ def test_bc_overfits_one_task(demos, tmp_path):
 _PIECES_SCRIPT = r"""
 import copy, json
 import torch
-import policy, trainlib, train_bc
+import policy, train_bc
+from trainlib import checkpoints, distributed, optim
 
-trainlib.init_distributed()
+distributed.init_distributed()
 torch.manual_seed(0)
 model, tok = policy.build_tiny("tiny:layers=2,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300")
 g = torch.Generator().manual_seed(1)
@@ -148,10 +149,10 @@ samples = [(torch.randint(1, 300, (n,), generator=g).tolist(), [0] * (n - k) + [
 batches = [samples[:4], samples[4:]]                 # one step: 2 micro-batches of 4 (grad_accum 2)
 out = {"init": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()}
 for size in (0, 1, 3):
-    cfg = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=2, world_size=1, bf16=False,
-                             grad_clip=100.0)
-    engine = trainlib.make_engine(copy.deepcopy(model), cfg, lr=1e-2, weight_decay=0.0,
-                                  schedule=trainlib.linear_warmup(0))
+    cfg = optim.ds_config("configs/zero0.json", micro_batch=4, grad_accum=2, world_size=1, bf16=False,
+                          grad_clip=100.0)
+    engine = optim.make_engine(copy.deepcopy(model), cfg, lr=1e-2, weight_decay=0.0,
+                               schedule=optim.linear_warmup(0))
     stats = [train_bc.bc_step(engine, batches, tok.pad_token_id, size) for _ in range(2)]
     out[size] = {"stats": stats, "params": torch.cat([p.detach().flatten() for p in engine.module.parameters()]).tolist()}
 print("RESULT " + json.dumps(out))

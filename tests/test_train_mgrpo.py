@@ -99,10 +99,11 @@ def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
 _TEMPERATURE_SCRIPT = r"""
 import copy, json, sys
 import torch
-import logprobs, mismatch, policy, trainlib, train_mgrpo
+import logprobs, mismatch, policy, train_mgrpo
+from trainlib import checkpoints, distributed, lora, optim
 from rollout import EpisodeConfig, Sample
 
-trainlib.init_distributed()
+distributed.init_distributed()
 torch.manual_seed(0)
 model, tok = policy.build_tiny("tiny:layers=1,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300")
 with torch.no_grad():   # peaked next-token distributions (a random init is near uniform at any T)
@@ -112,8 +113,8 @@ with torch.no_grad():
     for p in ref.parameters():
         p.add_(0.05 * torch.randn_like(p))
 ref.eval().requires_grad_(False)
-cfg = trainlib.ds_config("configs/zero0.json", micro_batch=2, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
-engine = trainlib.make_engine(model, cfg, lr=0.0, weight_decay=0.0, schedule=trainlib.linear_warmup(0))
+cfg = optim.ds_config("configs/zero0.json", micro_batch=2, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+engine = optim.make_engine(model, cfg, lr=0.0, weight_decay=0.0, schedule=optim.linear_warmup(0))
 g = torch.Generator().manual_seed(1)
 samples = [Sample(torch.randint(0, 300, (n,), generator=g).tolist(), [0] * (n - k) + [1] * k)
            for n, k in ((12, 4), (9, 3), (15, 6))]
@@ -179,21 +180,23 @@ _LORA_SCRIPT = r"""
 import asyncio, json, sys
 from pathlib import Path
 import torch
-import hf_backend, logprobs, policy, trainlib, train_mgrpo
+import logprobs, policy, train_mgrpo
+from trainlib import checkpoints, distributed, lora, optim
+from engines import hf_backend
 from rollout import Sample
 
 out_dir = Path(sys.argv[1])
-trainlib.init_distributed()
+distributed.init_distributed()
 SPEC = "tiny:layers=2,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300"
 torch.manual_seed(0)
 base, tok = policy.build_tiny(SPEC)
 start = {n: p.detach().clone() for n, p in base.named_parameters()}
-cfg = trainlib.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+cfg = optim.ds_config("configs/zero0.json", micro_batch=4, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
 
 
 def engine_of(model):
-    return trainlib.make_engine(trainlib.add_lora(model, 2, 16.0), cfg, lr=3e-2, weight_decay=0.0,
-                                schedule=trainlib.linear_warmup(0))
+    return optim.make_engine(lora.add_lora(model, 2, 16.0), cfg, lr=3e-2, weight_decay=0.0,
+                             schedule=optim.linear_warmup(0))
 
 
 engine = engine_of(base)
@@ -224,7 +227,7 @@ res["frozen_all_base"] = sorted(frozen) == sorted(start)
 res["base_moved"] = max(float((p - start[n]).abs().max()) for n, p in frozen.items())
 state = engine.module.state_dict()
 res["lora_b"] = max(float(v.abs().max()) for k, v in state.items() if "lora_B" in k)
-ckpt = trainlib.save_checkpoint(engine, tok, out_dir, 3, {"cursor": 0}, 0)
+ckpt = checkpoints.save_checkpoint(engine, tok, out_dir, 3, {"cursor": 0}, 0)
 ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
 with torch.no_grad():
     want = engine.module(input_ids=ids).logits
@@ -236,7 +239,7 @@ with torch.no_grad():
                                    ).abs().max())
     torch.manual_seed(0)
     again = engine_of(policy.build_tiny(SPEC)[0])   # a resumed run: the same base, its adapters from the checkpoint
-    trainlib.load_checkpoint(again, ckpt, 0)
+    checkpoints.load_checkpoint(again, ckpt, 0)
     res["resumed_gap"] = float((again.module(input_ids=ids).logits - want).abs().max())
 print("RESULT " + json.dumps(res))
 """

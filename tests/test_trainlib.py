@@ -9,7 +9,7 @@ import pytest
 
 import bc_data
 import policy
-import trainlib
+from trainlib import checkpoints, cli, distributed, optim, runlog
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,26 +24,26 @@ def test_latest_checkpoint_survives_a_save_killed_mid_swap(tmp_path):
     _ckpt(tmp_path / "step_2", 2)
     (tmp_path / "latest").write_text("step_2")
     _ckpt(tmp_path / "step_3.tmp", 3, complete=False)            # killed while writing step 3
-    assert trainlib.latest_checkpoint(tmp_path) == tmp_path / "step_2"
+    assert checkpoints.latest_checkpoint(tmp_path) == tmp_path / "step_2"
 
     # step 3 saved a second time, killed between moving the old copy aside and moving the new one in
     _ckpt(tmp_path / "step_3.old", 3)
     (tmp_path / "step_3.tmp" / "trainer_state.json").write_text(json.dumps({"step": 3}))
     (tmp_path / "latest").write_text("step_3")
-    assert trainlib.latest_checkpoint(tmp_path) == tmp_path / "step_3.tmp"
+    assert checkpoints.latest_checkpoint(tmp_path) == tmp_path / "step_3.tmp"
     (tmp_path / "step_3.tmp").rename(tmp_path / "step_3.tmp2")    # ... or the new copy was never finished
-    assert trainlib.latest_checkpoint(tmp_path) == tmp_path / "step_3.old"
-    assert trainlib.latest_checkpoint(tmp_path / "nothing") is None
+    assert checkpoints.latest_checkpoint(tmp_path) == tmp_path / "step_3.old"
+    assert checkpoints.latest_checkpoint(tmp_path / "nothing") is None
 
 
 def test_rewind_jsonl_keeps_the_steps_before_the_resume(tmp_path):
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (0, 1, 2, 3, 4)))
-    trainlib.rewind_jsonl(log, 2)
+    runlog.rewind_jsonl(log, 2)
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [0, 1, 2]
-    trainlib.rewind_jsonl(log, 0)                                   # a fresh run in the same directory
+    runlog.rewind_jsonl(log, 0)                                   # a fresh run in the same directory
     assert log.read_text() == ""
-    trainlib.rewind_jsonl(tmp_path / "absent.jsonl", 3)             # nothing to rewind
+    runlog.rewind_jsonl(tmp_path / "absent.jsonl", 3)             # nothing to rewind
 
 
 # ---- bad input: a clear error naming the file and the field, before anything heavy loads ----
@@ -58,22 +58,22 @@ def test_broken_deepspeed_configs_are_named(tmp_path, text, message):
     path = tmp_path / "ds.json"
     path.write_text(text)
     with pytest.raises(ValueError, match=message) as err:
-        trainlib.read_ds_config(str(path))
+        optim.read_ds_config(str(path))
     assert str(path) in str(err.value)
     for name in ("zero0", "zero2", "zero3", "zero3_offload"):     # the shipped configs pass
-        trainlib.read_ds_config(f"configs/{name}.json")
+        optim.read_ds_config(f"configs/{name}.json")
 
 
 def test_the_scripts_default_deepspeed_config_follows_the_device_and_a_broken_one_exits(tmp_path):
     """train_bc and train_mgrpo: no --ds-config is ZeRO-3 on a GPU, ZeRO-0 on a CPU; a broken file exits with
     its message before any data or model loads."""
     import torch
-    assert trainlib.checked_ds_config("", torch.device("cpu")) == "configs/zero0.json"
-    assert trainlib.checked_ds_config("", torch.device("cuda", 0)) == "configs/zero3.json"
-    assert trainlib.checked_ds_config("configs/zero2.json", torch.device("cpu")) == "configs/zero2.json"
+    assert optim.checked_ds_config("", torch.device("cpu")) == "configs/zero0.json"
+    assert optim.checked_ds_config("", torch.device("cuda", 0)) == "configs/zero3.json"
+    assert optim.checked_ds_config("configs/zero2.json", torch.device("cpu")) == "configs/zero2.json"
     (tmp_path / "ds.json").write_text("[1, 2]")
     with pytest.raises(SystemExit, match="must be a JSON object"):
-        trainlib.checked_ds_config(str(tmp_path / "ds.json"), torch.device("cpu"))
+        optim.checked_ds_config(str(tmp_path / "ds.json"), torch.device("cpu"))
 
 
 @pytest.mark.parametrize("content, message", [
@@ -104,7 +104,7 @@ def test_every_script_prints_its_help(script, capsys):
     """--help renders every field's docstring (argparse %-formats them: a literal % once crashed train_bc)."""
     import importlib
     with pytest.raises(SystemExit) as done:
-        trainlib.parse_args(importlib.import_module(script).Args, ["--help"])
+        cli.parse_args(importlib.import_module(script).Args, ["--help"])
     assert done.value.code == 0 and "--seed" in capsys.readouterr().out
 
 
@@ -117,16 +117,16 @@ def test_collectives_go_to_the_device_of_the_backend(monkeypatch):
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setenv("LOCAL_RANK", "3")
     monkeypatch.setattr(torch.distributed, "get_backend", lambda *a: "nccl")
-    assert trainlib.collective_device() == torch.device("cuda", 3)
+    assert distributed.collective_device() == torch.device("cuda", 3)
     monkeypatch.setattr(torch.distributed, "get_backend", lambda *a: "gloo")
-    assert trainlib.collective_device() == torch.device("cpu")
+    assert distributed.collective_device() == torch.device("cpu")
 
     seen = []
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: 2)
-    monkeypatch.setattr(trainlib, "collective_device", lambda: seen.append("asked") or torch.device("cpu"))
+    monkeypatch.setattr(distributed, "collective_device", lambda: seen.append("asked") or torch.device("cpu"))
     monkeypatch.setattr(torch.distributed, "all_reduce", lambda t, op=None: seen.append(t.device) or t.mul_(2))
-    assert trainlib.all_reduce_sum(5) == 10 and trainlib.all_reduce_max(1) == 2
-    assert trainlib.all_reduce_mean({"a": 1.0}) == {"a": 1.0}
+    assert distributed.all_reduce_sum(5) == 10 and distributed.all_reduce_max(1) == 2
+    assert distributed.all_reduce_mean({"a": 1.0}) == {"a": 1.0}
     assert seen == ["asked", torch.device("cpu")] * 3
 
 
@@ -145,18 +145,18 @@ def test_backend_follows_the_models_device_and_waits_longer_than_an_episode(monk
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.append(("set_device", i)))
-    monkeypatch.setattr(trainlib, "machine", lambda: "a GPU machine")   # (no device to name here)
+    monkeypatch.setattr(runlog, "machine", lambda: "a GPU machine")   # (no device to name here)
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("WEBAGENT_DEVICE", "cpu")
-    trainlib.init_distributed(timeout_s=2400)
+    distributed.init_distributed(timeout_s=2400)
     assert calls == [{"dist_backend": "gloo", "timeout": datetime.timedelta(seconds=2400)}]
     monkeypatch.delenv("WEBAGENT_DEVICE")
     calls.clear()
-    trainlib.init_distributed()
+    distributed.init_distributed()
     assert calls[0]["dist_backend"] == "nccl" and calls[1] == ("set_device", 0)
     timeout = train_mgrpo.Args().episode.episode_timeout
-    assert trainlib.collective_timeout_s(timeout) >= 2 * timeout > 600     # 600 s: DeepSpeed's default
+    assert distributed.collective_timeout_s(timeout) >= 2 * timeout > 600     # 600 s: DeepSpeed's default
 
 
 def test_tasks_per_step_fits_any_world_size():
@@ -202,12 +202,13 @@ def test_deepspeed_env_carries_the_site_urls_to_other_nodes(tmp_path):
 _TWO_RANKS = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-import torch, trainlib
-rank, local_rank, world = trainlib.init_distributed(timeout_s=2400)
+import torch
+from trainlib import checkpoints, cli, distributed, optim, runlog
+rank, local_rank, world = distributed.init_distributed(timeout_s=2400)
 out = {"rank": rank, "world": world, "backend": torch.distributed.get_backend(),
-       "device": str(trainlib.collective_device()),
-       "sum": trainlib.all_reduce_sum(rank + 1), "max": trainlib.all_reduce_max(rank + 1),
-       "fmax": trainlib.all_reduce_fmax(-float(rank)), "mean": trainlib.all_reduce_mean({"a": float(rank)})}
+       "device": str(distributed.collective_device()),
+       "sum": distributed.all_reduce_sum(rank + 1), "max": distributed.all_reduce_max(rank + 1),
+       "fmax": distributed.all_reduce_fmax(-float(rank)), "mean": distributed.all_reduce_mean({"a": float(rank)})}
 print("RESULT " + json.dumps(out), flush=True)
 torch.distributed.destroy_process_group()
 """
@@ -221,7 +222,7 @@ def test_collectives_for_real_in_two_gloo_processes(tmp_path):
     import sys
     script = tmp_path / "ranks.py"
     script.write_text(_TWO_RANKS)
-    port = str(trainlib._free_port())
+    port = str(distributed._free_port())
     procs = [subprocess.Popen([sys.executable, str(script), str(ROOT)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
                               env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
@@ -238,7 +239,7 @@ def test_collectives_for_real_in_two_gloo_processes(tmp_path):
 def test_machine_names_torch_the_cpu_and_its_kernels():
     """A run's log and results.json name the machine: the same command on another CPU may round differently."""
     import torch
-    text = trainlib.machine()
+    text = runlog.machine()
     assert text.startswith(f"torch {torch.__version__}, CPU ")
     assert f"({torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores)" in text
     assert ("GPU " in text) == torch.cuda.is_available()

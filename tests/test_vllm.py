@@ -26,9 +26,10 @@ import time
 import pytest
 import torch
 
-import hf_backend
+import engines
+from engines import hf_backend
 import policy
-import vllm_backend
+from engines import vllm_backend
 from processes import outliving, read_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("vllm_required")]
@@ -146,7 +147,7 @@ def test_generate_and_logprobs_match_hf(engine, served, run):
     assert all(len(g.ids) == len(g.logprobs) > 0 for g in run(burst()))
     params = engine.sampling_params(temperature=0.7, top_p=0.9, max_new_tokens=3)
     assert (params.temperature, params.top_p, params.max_tokens, params.logprobs, params.n) == (0.7, 0.9, 3, 0, 1)
-    assert params.stop_token_ids == hf_backend.end_of_turn_ids(tok)
+    assert params.stop_token_ids == engines.end_of_turn_ids(tok)
     assert engine.sampling_params().max_tokens == engine.max_new_tokens      # None: the backend's own
     with pytest.raises(ValueError, match="max_new_tokens >= 1"):             # 0: refused, as on every backend
         engine.sampling_params(max_new_tokens=0)
@@ -235,7 +236,7 @@ def test_the_same_request_means_the_same_on_vllm_and_on_its_openai_server(engine
     policy.OpenAIBackend against vLLM's own OpenAI-compatible server on the same engine (the real API that
     tests/fake_openai.py stands in for) gives the same reply: None takes the backend's own settings (both built
     with 16 tokens at T = 1), a value is that value (greedy at 3 tokens; T = 1 at top-p 0.5 with a seed), and what
-    hf_backend.request_settings refuses (0 tokens, T < 0, top-p outside (0, 1]) is refused alike, before any
+    engines.request_settings refuses (0 tokens, T < 0, top-p outside (0, 1]) is refused alike, before any
     request goes out."""
     path, _, tok = served
     msgs = [{"role": "user", "content": "Task Instruction: click item 3\n\n<button id=\"3\"> item 3 </button>"}]
@@ -358,12 +359,14 @@ def _run_parent(script: str, args: list[str], tmp_path, marks: tuple[str, ...], 
 _ZERO3_REAL_PUSH = _REPORT + textwrap.dedent(r"""
     import asyncio, json, sys
     sys.path.insert(0, sys.argv[1])
-    import torch, deepspeed, hf_backend, policy, trainlib, vllm_backend
+    import torch, deepspeed, policy
+    from trainlib import distributed
+    from engines import hf_backend, vllm_backend
 
     async def main():
         path = sys.argv[2]
         model, tok = policy.load(path, device="cpu")
-        trainlib.init_distributed()
+        distributed.init_distributed()
         cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
                "zero_allow_untested_optimizer": True}

@@ -19,13 +19,13 @@ What it implements
   by forwards at shapes that depend on the request alone (``hf_kv.FIXED_SHAPES``, checked at start by
   ``_fixed_shapes_hold``), or by a float64 copy of the model where those shapes do not suffice; ``engine_dtype``:
   a bfloat16 copy instead (an engine that is not the trainer, docs/training.md).
-- ``Generation``: one response, what every backend returns; ``model_logprobs`` / ``backend.logprobs_of``:
-  log pi(target | prompt), to compare the trainer with the rollout engine after a weight push.
+- ``model_logprobs`` / ``backend.logprobs_of``: log pi(target | prompt), to compare the trainer with the rollout engine after a weight push.
 - ``Generation.logprobs[k]`` = log softmax(raw logits)[ids[k]]: the model's distribution at temperature 1 with
   no truncation (the sampling distribution's exactly when T = 1 and top-p = 1, the paper's rollouts; vLLM's
   ``logprobs_mode="raw_logprobs"`` is the same). ``ids`` include the final end-of-turn token when generation
   stopped there, so the loss mask covers it; ``text`` excludes it.
-The module imports only hf_kv.py of the project: policy.py loads models and tokenizers and builds backends.
+The module imports only the interface (engines/__init__.py) and hf_kv.py: policy.py loads models and tokenizers
+and builds backends.
 
 Departures from the paper: the paper samples with vLLM on GPUs; this backend exists so everything runs on a CPU
 box. It samples as HF's sampler does (temperature, then top-p; no top-k: HF's default of 50 would truncate pi).
@@ -51,63 +51,13 @@ from typing import Any, Sequence
 
 import torch
 
-import hf_kv
+from engines import SAMPLING, Generation, end_of_turn_ids, request_settings
+from engines import hf_kv
 
 log = logging.getLogger(__name__)
 
 
-# ---- data ----
-
-@dataclass
-class Generation:
-    """One sampled response, e.g. ``Generation(ids=[2048, 91, 2], logprobs=[-0.1, -2.3, -0.01],
-    text="<think>click</think>", finish_reason="stop")``.
-
-    ``ids``: generated token ids, including the end-of-turn token when ``finish_reason == "stop"``.
-    ``logprobs``: log pi(ids[k] | prompt, ids[:k]) under the raw model distribution (temperature 1, no
-    truncation), or ``None`` when the backend cannot provide them (HTTP APIs).
-    ``finish_reason``: ``"stop"`` (end of turn / eos), ``"length"`` (max new tokens) or ``"error: ..."``.
-    """
-    ids: list[int]
-    logprobs: list[float] | None
-    text: str
-    finish_reason: str
-
-
-# ---- stop and pad ids ----
-
-#: End-of-turn / end-of-text strings of common chat templates: generation stops at any present in the vocab.
-END_OF_TURN_STRINGS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>",
-                       "<end_of_turn>", "<|end|>", "</s>")
-
-
-def request_settings(backend, max_new_tokens: int | None, temperature: float | None,
-                     top_p: float | None) -> tuple[int, float, float]:
-    """One request's (max_new_tokens, temperature, top_p), read the same way by every backend: None takes the
-    backend's own (given when it was built; the scripts pass every request's from ``rollout.EpisodeConfig``),
-    any value is that value; max_new_tokens must be >= 1, temperature >= 0 (0: greedy), top_p in (0, 1]."""
-    n = int(backend.max_new_tokens if max_new_tokens is None else max_new_tokens)
-    t = float(backend.temperature if temperature is None else temperature)
-    p = float(backend.top_p if top_p is None else top_p)
-    if n < 1 or t < 0 or not 0 < p <= 1:
-        raise ValueError(f"a request needs max_new_tokens >= 1, temperature >= 0 and 0 < top_p <= 1, not "
-                         f"max_new_tokens={n}, temperature={t:g}, top_p={p:g}")
-    return n, t, p
-
-
-def end_of_turn_ids(tokenizer, model=None) -> list[int]:
-    """Token ids generation stops at: the tokenizer's eos, the model's generation-config eos id(s), and
-    every known end-of-turn string present in the vocab (``<|im_end|>``, ``<|eot_id|>``, ...)."""
-    ids: list[int] = []
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for i in ([gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])):
-        ids.append(int(i))
-    vocab = tokenizer.get_vocab()
-    ids += [vocab[s] for s in END_OF_TURN_STRINGS if s in vocab]
-    return sorted(set(ids))
-
+# ---- stop and pad ids (the interface: Generation, request_settings, end_of_turn_ids, engines/__init__.py) ----
 
 def _pad_id(tok, stop_ids: Sequence[int]) -> int:
     """Id written into left padding (always under attention mask 0) and after finished sequences."""
@@ -315,8 +265,9 @@ class HFBackend:
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
 
-    def __init__(self, model, tokenizer, *, max_new_tokens: int = 1024, temperature: float = 1.0,
-                 top_p: float = 1.0, max_batch_size: int = 64, batch_window_s: float = 0.002,
+    def __init__(self, model, tokenizer, *, max_new_tokens: int = SAMPLING.max_new_tokens,
+                 temperature: float = SAMPLING.temperature, top_p: float = SAMPLING.top_p,
+                 max_batch_size: int = 64, batch_window_s: float = 0.002,
                  stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True,
                  decode: str = "auto", prefix_cache_tokens: int = 65536, invariance: str = "off",
                  engine_dtype: torch.dtype | None = None):

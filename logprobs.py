@@ -2,14 +2,15 @@
 pi_old and pi_ref), at the rollouts' temperature.
 
 Read in this order:
-- the definition: ``forward_logprobs``, each sample one right-padded row (``token_logprobs``, the
-  full-vocabulary formula, is what the scoring is tested against);
-- the update's default, ``packed_logprobs``: the same numbers to float rounding (tested), with a context computed
-  once for every action taken from it (``context_batches`` puts them in one micro-batch, ``merge_identical``
-  scores an action taken several times once);
-- ``micro_batches``: what several ranks add, and a reader of one process can skip;
-- ``action_logprobs``: how both score the action tokens alone, without the full vocabulary's logits for every
-  position (``_scored``, ``_TargetLogprobs``).
+- the definition, the reader's path (``train_mgrpo.update(how="plain")``): ``plain_logprobs``, each sample one
+  right-padded row scored by ``token_logprobs``: the logits of every position divided by the temperature,
+  log-softmax, the taken token's entry;
+- ``micro_batches``: the samples in micro-batches, and what several ranks add (a reader of one process can skip it);
+- the update's default, ``packed_logprobs``, a swap held equal to the definition in values and gradients
+  (tests/test_mgrpo_loss.py): a context computed once for every action taken from it (``context_batches`` puts
+  them in one micro-batch, ``merge_identical`` scores an action taken several times once), and the action tokens
+  scored alone, without the full vocabulary's logits for every position (``action_logprobs``: ``_scored``,
+  ``_TargetLogprobs``); ``forward_logprobs``, a row per sample scored so, sits between the two.
 """
 from __future__ import annotations
 
@@ -22,17 +23,18 @@ import torch
 from trainlib import distributed
 
 
-# ---- the definition: a row per sample ----
+# ---- the definition: a row per sample, every position scored ----
 
-def forward_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
-                     temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
-    """Log-probs and entropies of the action tokens under ``model`` at ``temperature`` (the distribution the
-    rollouts sampled from: logits / T) of samples (rollout.Sample: ``ids``, ``mask``) right-padded into one
-    batch: [N, L] each (0 off the mask), + mask [N, L]."""
-    ids, attn, mask = pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)
+def plain_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
+                   temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """Log-probs and entropies of the samples' action tokens (rollout.Sample: ``ids``, ``mask``) under ``model`` at
+    ``temperature``, the textbook way: the samples right-padded into one batch, every position scored
+    (``token_logprobs``), the action tokens kept. Returns log-probs, entropies and the mask, [N, L] each (0 off
+    the mask)."""
+    ids, attn, mask = pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)   # [N, L] each
     ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-    logp, ent, _ = action_logprobs(model, ids, attn, mask, temperature=temperature)
-    return logp, ent, mask
+    logp, ent = token_logprobs(model, ids, attn, temperature)                                  # [N, L] each
+    return logp * mask, ent * mask, mask
 
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -51,25 +53,64 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int) -> tup
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each token given its prefix, and the entropy of each position's distribution, from the
-    full-vocabulary logits of every position: the plain definition, the reference ``action_logprobs`` is
-    checked against (training uses that one: it scores only the action tokens).
+    full-vocabulary logits of every position at ``temperature`` (the distribution the rollouts sampled from:
+    softmax(logits / T)): the plain definition, which ``action_logprobs`` is held equal to.
 
     input_ids, attention_mask: [B, L] (right-padded). Returns logp [B, L] and entropy [B, L], where
     position t scores input_ids[:, t] (position 0 gets 0: it has no prefix).
     """
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, V]
-    logits = logits[:, :-1].float() / temperature                     # [B, L-1, V] predicts tokens 1..L-1
-    logz = torch.logsumexp(logits, dim=-1)                            # [B, L-1]
-    picked = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1)    # [B, L-1]
-    logp = picked - logz                                              # [B, L-1]
+    logits = logits[:, :-1].float() / temperature                     # [B, L-1, V] position t predicts token t+1
+    logp_all = torch.log_softmax(logits, dim=-1)                      # [B, L-1, V]
+    logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)    # [B, L-1] the tokens taken
     with torch.no_grad():
-        probs = torch.softmax(logits, dim=-1)                         # [B, L-1, V]
-        entropy = logz - (probs * logits).sum(-1)                     # [B, L-1]
+        entropy = -(logp_all.exp() * logp_all).sum(-1)                # [B, L-1]
     pad = logp.new_zeros(logp.shape[0], 1)
     return torch.cat([pad, logp], 1), torch.cat([pad, entropy], 1)    # [B, L], [B, L]
 
 
-# ---- the update's scoring: a context computed once for its actions ----
+# ---- micro-batches: what several ranks add ----
+
+@dataclasses.dataclass
+class MicroBatch:
+    """Samples scored and stepped together: their advantages A_i and Eq. 2 weights (times the world size)."""
+    samples: list                # rollout.Sample: ids, mask, the engine's logprobs
+    adv: torch.Tensor            # [n]
+    weight: torch.Tensor         # [n]
+
+    def __len__(self) -> int:    # its samples, a filler not counted
+        return sum(not isinstance(s, _Filler) for s in self.samples)
+
+
+@dataclasses.dataclass
+class _Filler:
+    """A micro-batch a rank adds when it has fewer than another: two pad tokens, no action token, weight 0."""
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+
+
+def micro_batches(samples: list, adv: list[float], weight: list[float], size: int, pad_id: int, *,
+                  merge: bool = True, same_advantage: bool = False) -> list[MicroBatch]:
+    """This rank's samples in micro-batches of at most ``size``: with ``merge``, identical samples scored once
+    (``merge_identical``; ``same_advantage`` when the batch is used more than once) and a context's samples
+    together (``context_batches``); else in rollout order. Several ranks: every rank runs the same number of
+    micro-batches (under ZeRO-3 each forward gathers the parameters collectively), a rank with fewer adding
+    fillers of weight 0, and the weights are multiplied by the world size (DeepSpeed averages the ranks'
+    gradients; Eq. 2 adds them)."""
+    if merge:
+        samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=same_advantage)
+        index = context_batches(samples, size)
+    else:
+        index = [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
+    index += [[]] * (distributed.all_reduce_max(len(index)) - len(index))
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    filler = _Filler([pad_id, pad_id], [0, 0], [])
+    return [MicroBatch([samples[i] for i in idx] or [filler], torch.tensor([adv[i] for i in idx] or [0.0]),
+                       torch.tensor([weight[i] for i in idx] or [0.0]) * world) for idx in index]
+
+
+# ---- the update's default: a context computed once for its actions (a swap) ----
 
 def merge_identical(samples: list, adv: list[float], weight: list[float],
                     same_advantage: bool = False) -> tuple[list, list[float], list[float]]:
@@ -169,48 +210,17 @@ def packed_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device, t
     return logp, ent, mask
 
 
-# ---- micro-batches: what several ranks add ----
+# ---- scoring the action tokens alone (a swap) ----
 
-@dataclasses.dataclass
-class MicroBatch:
-    """Samples scored and stepped together: their advantages A_i and Eq. 2 weights (times the world size)."""
-    samples: list                # rollout.Sample: ids, mask, the engine's logprobs
-    adv: torch.Tensor            # [n]
-    weight: torch.Tensor         # [n]
+def forward_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """``plain_logprobs``'s numbers (to float rounding, tested), the action tokens scored alone
+    (``action_logprobs``): log-probs and entropies [N, L] each (0 off the mask), + mask [N, L]."""
+    ids, attn, mask = pad_batch([s.ids for s in samples], [s.mask for s in samples], pad_id)
+    ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
+    logp, ent, _ = action_logprobs(model, ids, attn, mask, temperature=temperature)
+    return logp, ent, mask
 
-    def __len__(self) -> int:    # its samples, a filler not counted
-        return sum(not isinstance(s, _Filler) for s in self.samples)
-
-
-@dataclasses.dataclass
-class _Filler:
-    """A micro-batch a rank adds when it has fewer than another: two pad tokens, no action token, weight 0."""
-    ids: list[int]
-    mask: list[int]
-    logprobs: list[float]
-
-
-def micro_batches(samples: list, adv: list[float], weight: list[float], size: int, pad_id: int, *,
-                  merge: bool = True, same_advantage: bool = False) -> list[MicroBatch]:
-    """This rank's samples in micro-batches of at most ``size``: with ``merge``, identical samples scored once
-    (``merge_identical``; ``same_advantage`` when the batch is used more than once) and a context's samples
-    together (``context_batches``); else in rollout order. Several ranks: every rank runs the same number of
-    micro-batches (under ZeRO-3 each forward gathers the parameters collectively), a rank with fewer adding
-    fillers of weight 0, and the weights are multiplied by the world size (DeepSpeed averages the ranks'
-    gradients; Eq. 2 adds them)."""
-    if merge:
-        samples, adv, weight = merge_identical(samples, adv, weight, same_advantage=same_advantage)
-        index = context_batches(samples, size)
-    else:
-        index = [list(range(i, min(i + size, len(samples)))) for i in range(0, len(samples), size)]
-    index += [[]] * (distributed.all_reduce_max(len(index)) - len(index))
-    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-    filler = _Filler([pad_id, pad_id], [0, 0], [])
-    return [MicroBatch([samples[i] for i in idx] or [filler], torch.tensor([adv[i] for i in idx] or [0.0]),
-                       torch.tensor([weight[i] for i in idx] or [0.0]) * world) for idx in index]
-
-
-# ---- scoring the action tokens alone ----
 
 def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
                     temperature: float = 1.0, chunk_tokens: int = 512) -> tuple[torch.Tensor, ...]:

@@ -391,16 +391,21 @@ class Tally:
         return out if kl else {key: value for key, value in out.items() if key != "train/kl"}   # beta = 0: no KL
 
 
+#: How ``update`` scores log pi(a | h): the textbook, ``plain``, and two swaps held equal to it (``update``).
+SCORING = {"plain": logprobs.plain_logprobs, "rows": logprobs.forward_logprobs, "packed": logprobs.packed_logprobs}
+
+
 def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str = "packed") -> dict[str, float]:
     """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), each action scored at the rollouts'
-    temperature (pi(a | h) as sampled). ``how`` changes the speed only (bench/bench_update.py): ``packed`` scores
-    a context once for the actions taken from it (``logprobs.packed_logprobs``), ``rows`` a row per sample
-    (``logprobs.forward_logprobs``), ``plain`` a row per sample in rollout order, identical ones not merged."""
+    temperature (pi(a | h) as sampled). ``how`` changes the speed only (bench/bench_update.py; the same loss and
+    gradient, tests/test_train_mgrpo.py): ``plain``, the textbook, a row per sample in rollout order scored from
+    the logits of every position (``logprobs.plain_logprobs``); ``packed``, the default, identical samples merged
+    and a context computed once for the actions taken from it, its action tokens scored alone
+    (``logprobs.packed_logprobs``); ``rows`` the same with a row per sample (``logprobs.forward_logprobs``)."""
     dev, temp = engine.device, args.episode.temperature
     mbs = logprobs.micro_batches(batch.samples, batch.adv, batch.weight, args.micro_batch, pad_id,
                                  merge=how != "plain", same_advantage=args.updates_per_batch > 1)
-    scoring = logprobs.packed_logprobs if how == "packed" else logprobs.forward_logprobs
-    score = lambda model, mb: scoring(model, mb.samples, pad_id, dev, temp)   # noqa: E731  log-probs, entropies, mask
+    score = lambda model, mb: SCORING[how](model, mb.samples, pad_id, dev, temp)   # noqa: E731  log-probs, entropies, mask
     with torch.no_grad():   # pi_ref (the KL term); pi_old before the first step when the batch is used more than once
         fixed = [(score(ref_model, mb)[0] if ref_model is not None else None,
                   score(engine, mb)[0] if args.updates_per_batch > 1 else None) for mb in mbs]

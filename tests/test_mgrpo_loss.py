@@ -321,7 +321,8 @@ def test_action_logprobs_equal_the_full_vocabulary_ones_and_their_gradients(tied
 
 def test_packed_logprobs_equal_a_row_per_sample_and_their_gradients():
     """logprobs.packed_logprobs (the samples of one context in one row: the context once, then each action
-    attending to it and to itself) against logprobs.forward_logprobs (a row per sample): the same log-probs and
+    attending to it and to itself) against logprobs.forward_logprobs (a row per sample) and the textbook
+    logprobs.plain_logprobs (a row per sample, every position's logits): the same log-probs and
     entropies on every action token and the same gradient of a weighted loss, with contexts shared by 3, 2 and 1
     samples, actions of 1 to 7 tokens, a mask with a gap, and a zero-weight filler; the model sees one row per
     context, with a 4D mask where a row holds several actions and the padding's alone where none does. (A mask
@@ -355,7 +356,13 @@ def test_packed_logprobs_equal_a_row_per_sample_and_their_gradients():
     two = [samples[2], samples[0]]                                         # two contexts, one action each
     lone = [logprobs.packed_logprobs(model, two, 0, "cpu", 0.7), logprobs.forward_logprobs(model, two, 0, "cpu", 0.7)]
     hook.remove()
+    plain_lp, plain_ent, plain_grads = run(lambda: logprobs.plain_logprobs(model, samples, 0, "cpu", 0.7))
     assert widths == [(7, 2), (4, 4), (2, 2), (2, 2)]   # rows: per sample, per context (4D mask), per sample twice
+    for a, b, c, d in zip(lp, plain_lp, ent, plain_ent):                  # the textbook: every position's logits
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        torch.testing.assert_close(c, d, rtol=0, atol=1e-5)
+    for g, want in zip(grads, plain_grads):
+        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-6)
     for a, m, b, mb in zip(lone[0][0], lone[0][2], lone[1][0], lone[1][2]):
         torch.testing.assert_close(a[m.bool()], b[mb.bool()], rtol=0, atol=1e-5)
     assert [len(x) for x in lp] == [3, 4, 5, 1, 5, 7, 0]

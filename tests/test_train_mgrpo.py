@@ -113,6 +113,7 @@ with torch.no_grad():
     for p in ref.parameters():
         p.add_(0.05 * torch.randn_like(p))
 ref.eval().requires_grad_(False)
+base = copy.deepcopy(model)
 cfg = optim.ds_config("configs/zero0.json", micro_batch=2, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
 engine = optim.make_engine(model, cfg, lr=0.0, weight_decay=0.0, schedule=optim.linear_warmup(0))
 g = torch.Generator().manual_seed(1)
@@ -121,6 +122,28 @@ samples = [Sample(torch.randint(0, 300, (n,), generator=g).tolist(), [0] * (n - 
 batch = train_mgrpo.Batch(samples, adv=[1.0, -1.0, 0.5], weight=[0.1, 0.2, 0.3], groups=1, zero_std=[False],
                           dropped=0)
 out = {}
+# issue 101: update(how=...) changes the speed only. The textbook (plain: a row per sample, every position's logits)
+# and the swaps (rows; packed, the default: identical samples merged, a context computed once) give one loss and one
+# gradient, summed over each way's own micro-batches; three actions from one context, one of them taken twice
+ctx = torch.randint(3, 300, (10,), generator=g).tolist()
+acts = [torch.randint(3, 300, (k,), generator=g).tolist() for k in (3, 5, 2, 3)]
+acts[3] = acts[0]
+shared = [Sample(ctx + a, [0] * 10 + [1] * len(a)) for a in acts] + samples
+step_batch = train_mgrpo.Batch(shared, adv=[1.0, -0.5, 0.25, 1.0, 1.0, -1.0, 0.5],
+                               weight=[0.1, 0.2, 0.1, 0.1, 0.1, 0.2, 0.3], groups=1, zero_std=[False], dropped=0)
+out["how"] = {}
+for how in ("plain", "rows", "packed"):
+    m = copy.deepcopy(base)
+    eng = optim.make_engine(m, cfg, lr=0.0, weight_decay=0.0, schedule=optim.linear_warmup(0))
+    grads = {n: torch.zeros_like(p) for n, p in m.named_parameters()}
+    hooks = [p.register_hook(lambda gr, n=n: None if grads[n].add_(gr) is None else None)   # (None: gr unchanged)
+             for n, p in m.named_parameters()]
+    args = train_mgrpo.Args(micro_batch=2, episode=EpisodeConfig(temperature=0.7))
+    st = train_mgrpo.update(eng, ref, step_batch, tok.pad_token_id, args, how=how)
+    [h.remove() for h in hooks]
+    out["how"][how] = {"stats": {k: st[k] for k in ("train/loss", "train/kl", "train/entropy", "train/grad_norm",
+                                                    "train/samples_scored")},
+                       "grad": torch.cat([gr.flatten() for gr in grads.values()]).tolist()}
 for T in (1.0, 0.4):
     args = train_mgrpo.Args(micro_batch=2, updates_per_batch=2, episode=EpisodeConfig(temperature=T))
     got = train_mgrpo.update(engine, ref, batch, tok.pad_token_id, args)   # lr 0: the policy stays put
@@ -157,7 +180,9 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
     same distribution. With a real DeepSpeed engine at lr 0 (so the policy does not move), T = 1 and T = 0.4:
     the reported KL to a perturbed reference and the entropy equal the ones computed at that T, and they
     differ between the two temperatures (an update that scored at T = 1 whatever the rollouts used, as it
-    once did, trained off-policy)."""
+    once did, trained off-policy). And the textbook update (``how="plain"``: a row per sample, log pi from every
+    position's logits) gives the loss, KL, entropy and gradient of its swaps, ``rows`` and the default ``packed``
+    (identical samples merged, a context computed once, the action tokens scored alone)."""
     script = tmp_path / "temperature.py"
     script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _TEMPERATURE_SCRIPT)
     out = run_script(str(script), timeout=600)
@@ -173,6 +198,16 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
             assert got == pytest.approx(want, rel=1e-4, abs=1e-6), (mode, key)
         assert res[mode]["loss"][0] == pytest.approx(res[mode]["loss"][1], rel=1e-4), (mode, res[mode]["loss"])
     assert res["none"]["loss"][0] != pytest.approx(res["tis"]["loss"][0], rel=1e-3)
+    # issue 101: the textbook update and its swaps: one loss, one gradient (the swaps score fewer samples, so their
+    # per-token KL and entropy average over other tokens)
+    plain = res["how"]["plain"]
+    assert plain["stats"]["train/samples_scored"] == 7 and res["how"]["packed"]["stats"]["train/samples_scored"] == 6
+    assert max(map(abs, plain["grad"])) > 1e-3
+    for how in ("rows", "packed"):
+        for key in ("train/loss", "train/grad_norm"):
+            assert res["how"][how]["stats"][key] == pytest.approx(plain["stats"][key], rel=1e-5, abs=1e-7), (how, key)
+        torch.testing.assert_close(torch.tensor(res["how"][how]["grad"]), torch.tensor(plain["grad"]),
+                                   rtol=1e-4, atol=1e-6)
     assert res["tis"]["mismatch"]["mismatch/ratio_outside"][0] > 0
 
 

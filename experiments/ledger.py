@@ -7,7 +7,9 @@ Each claim computes its numbers (success rates, SEs clustered by page, paired di
 their 95% t-interval: eval_stats.py's) and writes them the way its doc does; ``--check`` exits 1 naming every claim
 whose text the doc does not hold (a number edited by hand, or evidence that changed). Docs are compared with their
 whitespace and bold marks collapsed, so a claim may span a line break. The findings without committed per-page
-outcomes are listed at the end as such (docs/results.md marks them). tests/test_ledger.py runs the check.
+outcomes are listed at the end as such (docs/results.md marks them; issue 101 moved those of the README's findings
+and results.md's findings table to docs/history.md). tests/test_ledger.py runs the check, edits each number a claim
+covers in turn (each edit must fail it) and finds every number of those findings claimed.
 
     .venv/bin/python experiments/ledger.py            # every claim, its numbers and where it is written
     .venv/bin/python experiments/ledger.py --check    # exit 1 unless every doc holds its claims
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from eval_stats import (across_seeds, page_values, paired, read_outcomes, solved_within, stderr,  # noqa: E402
                         write_outcomes)
+from exchange_figure import TASKS, crossing  # noqa: E402  (experiments/, this file's directory)
 
 EVIDENCE = ROOT / "experiments" / "evidence"
 T1, GREEDY = "T = 1", "greedy"
@@ -104,6 +107,18 @@ def load_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def rollout_mean(metrics: list[dict], name: str, steps: slice = slice(None)) -> float:
+    """A rollout metric's mean over the logged steps ``steps`` of a run."""
+    values = [r[name] for r in metrics if name in r][steps]
+    return sum(values) / len(values)
+
+
+def tokens_a_turn(metrics: list[dict], steps: slice = slice(None)) -> float:
+    """A run's rollouts' response tokens a turn, over its logged steps ``steps``."""
+    rows = [r for r in metrics if "rollout/response_tokens" in r][steps]
+    return sum(r["rollout/response_tokens"] for r in rows) / sum(r["rollout/num_turns"] for r in rows)
+
+
 def pm(x: tuple[float, float]) -> str:
     """"+8.2 +- 1.7"."""
     return f"{x[0]:+.1f} +- {x[1]:.1f}"
@@ -129,9 +144,9 @@ def seed_pairs(ev: Outcomes, runs: list[str], vs: str) -> str:
 
 # ---- the claims, by the evidence they rest on ----
 
-def make_demo(ev: Outcomes) -> Iterator[Claim]:
+def make_demo(ev: Outcomes, metrics: list[dict]) -> Iterator[Claim]:
     """make demo's table (ee814c1, 2026-11-30; the same weights at 7e6ee60, whose evaluation is kept):
-    README.md's and docs/results.md's, and the README's reading of it."""
+    README.md's and docs/results.md's, and the README's reading of it (``metrics``: its M-GRPO run's steps)."""
     labels = {"base": "base (pretrained, no BC)", "bc": "BC on the demonstrator's log",
               "rl": "BC + M-GRPO (2,048 trajectories, seed 0)"}
     short = {"base": "base", "bc": "BC on the log", "rl": "BC + M-GRPO"}
@@ -155,6 +170,10 @@ def make_demo(ev: Outcomes) -> Iterator[Claim]:
                 f"{g[0]:+.1f} | {g[1]:.1f} |")
     yield Claim("make demo's reading", "README.md",
                 f"{pm(ev.diff('bc', 'base'))} and {pm(d)} points at T = 1 ({d[0] / d[1]:.1f} SE")
+    first, last = (rollout_mean(metrics, "rollout/parse_fail_rate", steps) for steps in (slice(8), slice(-8, None)))
+    yield Claim("make demo's rollouts, README", "README.md",
+                f"its rollouts' unparsable turns fall from {100 * first:.1f}% in its first 8 steps to "
+                f"{100 * last:.1f}% in its last 8")
     yield Claim("make demo's reading, BC", "docs/results.md",
                 f"BC on flawed data lifts the base ({pm(ev.diff('bc', 'base'))} at T = 1")
     yield Claim("make demo's reading, RL", "docs/results.md",
@@ -216,8 +235,10 @@ def mismatch_by_seed(arms: Outcomes) -> Iterator[Claim]:
             yield Claim("engine mismatch by seed, results", "docs/results.md", text)
 
 
-def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
-    """docs/results.md's findings table, the rows whose episodes issue 70 kept (its 2026-11-30 run)."""
+def findings(ev: dict[str, Outcomes], metrics: dict[str, list[dict]]) -> Iterator[Claim]:
+    """docs/results.md's findings table, the rows whose episodes issue 70 kept (its 2026-11-30 run), with what the
+    M-GRPO runs' committed metrics give (``metrics``: run -> its steps, by the run's name in the outcomes, "cot-rl-s0"
+    at 192 tokens, "cot320-rl-s0" at 320)."""
     test = ev["test"]
     ref = {dec: [test.diff(f"rl-s{s}", "bc", dec)[0] for s in range(3)] for dec in (T1, GREEDY)}
     yield Claim("RL lifts BC, seeds 0-2", "docs/results.md",
@@ -234,6 +255,10 @@ def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
                 f"greedy {seeds(rl[GREEDY])}); interactions {min(inter):.1f}-{max(inter):.1f} in every row")
     m, _, h = across_seeds(rl[T1])
     yield Claim("thinking format, README", "README.md", f"({m:+.1f}, interval {m - h:+.1f} to {m + h:+.1f}")
+    think, plain = ([tokens_a_turn(metrics[f"{p}rl-s{s}"]) for s in range(3)] for p in ("", "plain-"))
+    yield Claim("thinking format, tokens a turn", "docs/results.md",
+                f"in `<think>` tags or not ({min(think):.1f}-{max(think):.1f} against "
+                f"{min(plain):.1f}-{max(plain):.1f} tokens a turn in the seeds' M-GRPO rollouts)")
     # R1-CoT at 320 and 192 new tokens a turn
     at320, at192 = ev["test320"], ev["test192"]
     start, start_g = at320.diff("cot-bc", "bc"), at320.diff("cot-bc", "bc", GREEDY)
@@ -241,21 +266,33 @@ def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
                 f"CoT BC {at320.rate('cot-bc')[0]:.1f} against BC {at320.rate('bc')[0]:.1f} at T = 1, {pm(start)} "
                 f"(greedy {at320.rate('cot-bc', GREEDY)[0]:.1f} vs {at320.rate('bc', GREEDY)[0]:.1f}, {pm(start_g)}) "
                 "at 320 new tokens a turn")
+    zeros = [t for t, rate in at320.task_rates("cot-bc").items() if rate == 0]
+    yield Claim("R1-CoT by task, 320", "docs/results.md",
+                f"CoT BC at 320 scores 0 on {', '.join(zeros[:-1])} and {zeros[-1]}")
     yield Claim("R1-CoT starts lower, 192", "docs/results.md",
-                f"{at192.rate('cot-bc')[0]:.1f}, {pm(at192.diff('cot-bc', 'bc'))}. Neither the budget "
+                f"at the plan's 192, which cut most of its responses, {at192.rate('cot-bc')[0]:.1f}, "
+                f"{pm(at192.diff('cot-bc', 'bc'))}. Neither the budget "
                 f"({start[0] - at192.diff('cot-bc', 'bc')[0]:+.1f}) nor twice the BC steps "
                 f"(600: {pm(at192.diff('cot-bc600', 'cot-bc'))} at 192")
     yield Claim("R1-CoT, 600 steps", "docs/results.md", f"still {pm(at192.diff('cot-bc600', 'bc'))})")
     yield Claim("R1-CoT, README", "README.md",
-                f"({at320.rate('cot-bc')[0]:.1f} against {at320.rate('bc')[0]:.1f} with every demonstration's length")
+                f"({at320.rate('cot-bc')[0]:.1f} against {at320.rate('bc')[0]:.1f} with every demonstration's length "
+                f"in budget, and after twice the BC steps still {at192.diff('cot-bc600', 'bc')[0]:+.1f})")
     for tokens, at in ((192, at192), (320, at320)):
         gain = {dec: [at.diff(f"cot-rl-s{s}", "cot-bc", dec)[0] for s in range(3)] for dec in (T1, GREEDY)}
         less = {dec: [g - r for g, r in zip(gain[dec], ref[dec])] for dec in (T1, GREEDY)}
         if tokens == 192:
+            m, _, h = across_seeds(less[T1])
+            clear = "not clear" if m - h <= 0 <= m + h else "clear"
+            fewer = "less in every seed" if all(x < 0 for x in less[T1]) else "not less in every seed"
             yield Claim("R1-CoT RL, 192", "docs/results.md",
-                        f"CoT RL - CoT BC {seeds(gain[T1])} (greedy {seeds(gain[GREEDY])}) against RL - BC "
-                        f"{seeds(ref[T1])}: less in every seed (mean {interval(less[T1])}")
-            yield Claim("R1-CoT RL, 192, README", "README.md", f"({seeds(gain[T1])} against {seeds(ref[T1])} at 192")
+                        f"M-GRPO at 192, seeds 0-2: CoT RL - CoT BC {seeds(gain[T1])} (greedy {seeds(gain[GREEDY])}) "
+                        f"against RL - BC {seeds(ref[T1])}: {fewer} (mean {interval(less[T1])}: the plan's interval "
+                        f"{clear} of 0)")
+            yield Claim("R1-CoT RL, 192, README", "README.md",
+                        f"({seeds(gain[T1])} against {seeds(ref[T1])} at 192 tokens, the mean's interval {clear} of 0")
+            yield Claim("R1-CoT RL's rollouts, 192", "docs/results.md",
+                        f"inside 192 tokens ({cot_rollouts([metrics[f'cot-rl-s{s}'] for s in range(3)])})")
         else:
             yield Claim("R1-CoT RL, 320", "docs/results.md",
                         f"at 320, seeds 0-2: {seeds(gain[T1])} (greedy {seeds(gain[GREEDY])}) against "
@@ -264,8 +301,30 @@ def findings(ev: dict[str, Outcomes]) -> Iterator[Claim]:
                         f"(mean {interval(gain[T1], '')}; greedy minus {interval(less[GREEDY], '')})")
             yield Claim("R1-CoT RL, 320, README", "README.md",
                         f"at 320, {seeds(gain[T1])}, less by {interval(less[T1], '')}")
+            runs = [metrics[f"cot320-rl-s{s}"] for s in range(3)]
+            steps = [[r for r in m if "rollout/success_rate" in r] for m in runs]
+            solved = [round(GROUP * sum(r[f"rollout/success/miniwob/{t}"] for r in m for t in EMAIL_HARD))
+                      for m in steps]
+            yield Claim("R1-CoT RL's rollouts, 320", "docs/results.md",
+                        f"({cot_rollouts(runs)}), and success stays; on the email reply and forward tasks "
+                        f"{', '.join(map(str, solved))} of {GROUP * len(EMAIL_HARD) * len(steps[0])} rollouts succeed")
             yield Claim("R1-CoT without the penalty", "docs/results.md",
+                        f"without it (seed 0) the turns stay as CoT BC's and success too "
                         f"({pm(at.diff('cot-rl-s0-nopenalty', 'cot-rl-s0'))} against the penalty)")
+
+
+GROUP = 8        # make demo's M-GRPO rolls out one group of 8 on each task every step
+EMAIL_HARD = ("email-inbox-reply", "email-inbox-forward-nl", "email-inbox-forward-nl-turk")
+
+
+def cot_rollouts(runs: list[list[dict]]) -> str:
+    """R1-CoT's M-GRPO seeds in their rollouts, the first 8 steps against the last 8: the unparsable turns and the
+    tokens a turn, seed by seed."""
+    ends = (slice(8), slice(-8, None))
+    bad = ", ".join(" -> ".join(f"{100 * rollout_mean(m, 'rollout/parse_fail_rate', e):.1f}%" for e in ends)
+                    for m in runs)
+    tokens = ", ".join(" -> ".join(f"{tokens_a_turn(m, e):.0f}" for e in ends) for m in runs)
+    return f"its rollouts, first 8 steps -> last 8: unparsable {bad}; {tokens} tokens a turn"
 
 
 def quality(ev: Outcomes) -> Iterator[Claim]:
@@ -289,8 +348,9 @@ def quality(ev: Outcomes) -> Iterator[Claim]:
 
 def exchange(ev: Outcomes) -> Iterator[Claim]:
     """Issue 57, item 3: BC on more clean demonstrations against M-GRPO's trajectories (docs/results.md)."""
-    yield Claim("exchange, BC on 20", "docs/results.md",
-                f"| {ev.rate('n20')[0]:.1f} | {ev.rate('n20')[1]:.1f} | | {ev.rate('n20', GREEDY)[0]:.1f} |")
+    (t1, se), (g, _) = ev.rate("n20"), ev.rate("n20", GREEDY)    # with the next row's label: the quality table's
+    yield Claim("exchange, BC on 20", "docs/results.md",          # clean BC is the same model, its cells the same
+                f"| {t1:.1f} | {se:.1f} | | {g:.1f} | | BC on 40 per task")
     for n in (40, 80, 160):
         (t1, se), (g, _) = ev.rate(f"n{n}"), ev.rate(f"n{n}", GREEDY)
         yield Claim(f"exchange, BC on {n}", "docs/results.md",
@@ -303,6 +363,33 @@ def exchange(ev: Outcomes) -> Iterator[Claim]:
                 f"{pm(ev.diff('rl-s1-8192', 'rl-s0-8192'))} at 4x)")
     yield Claim("exchange, 160 over 80", "docs/results.md",
                 f"BC on 160 per task adds {pm(ev.diff('n160', 'n80'))} over 80 (paired)")
+    bc = sorted((int(run[1:]), ev.rate(run)[0]) for run in ev.by_run if re.fullmatch(r"n\d+", run))
+    reach = {t: crossing(bc, sum(ev.rate(f"rl-s{s}-{t}")[0] for s in (0, 1)) / 2) for t in (4096, 8192)}
+    worth = {t: t / ((n - 20) * TASKS) for t, n in reach.items()}
+    yield Claim("exchange, the rate", "docs/results.md",
+                f"4,096 trajectories reach BC on {reach[4096]:.0f} demonstrations per task and 8,192 BC on "
+                f"{reach[8192]:.0f}, so one clean demonstration is worth ~{worth[4096]:.0f} and ~{worth[8192]:.0f} of "
+                "the policy's own trajectories")
+    at_demo = f"{pm(ev.diff('rl-s0-2048', 'n20'))} / {pm(ev.diff('rl-s1-2048', 'n20'))}"
+    yield Claim("exchange, clean RL - BC, README", "README.md",
+                f"from BC on 20 clean demonstrations a task, seeds 0 / 1: {at_demo}; one clean demonstration is worth "
+                f"~{worth[4096]:.0f} and ~{worth[8192]:.0f} of the policy's own trajectories (at 2 and 4 times that "
+                "budget)")
+    yield Claim("exchange, clean RL - BC", "docs/results.md",
+                f"on clean demonstrations, from BC on 20 at make demo's budget (issue 57), seeds 0 / 1: {at_demo}")
+
+
+def clean_bc(quality_ev: Outcomes, demo: Outcomes) -> Iterator[Claim]:
+    """BC on clean demonstrations (issue 57's, make demo's BC until issue 68) against make demo's base: the same
+    held-out pages, samples and decoding, so paired by page across the two evidence files."""
+    ev = Outcomes(quality_ev.by_run["clean"] + demo.by_run["base"])
+    d, p, g = ev.diff("clean", "base"), ev.diff("clean", "base", k=2), ev.diff("clean", "base", GREEDY)
+    yield Claim("clean BC lifts the base", "docs/results.md",
+                f"on clean demonstrations (development test set) {ev.rate('base')[0]:.1f} -> "
+                f"{ev.rate('clean')[0]:.1f}, {pm(d)}")
+    yield Claim("clean BC - base, table", "docs/results.md",
+                f"| BC - base (paired, 400 pages) | {d[0]:+.1f} | {d[1]:.1f} | {p[0]:+.1f} | {p[1]:.1f} | "
+                f"{g[0]:+.1f} | {g[1]:.1f} | |")
 
 
 def within(ev: Outcomes, budget: int) -> Outcomes:
@@ -373,16 +460,28 @@ def fresh_findings(ev: Outcomes, at2: Outcomes, at12: Outcomes, ref: list[int], 
         if "bc-filtered" in ev.by_run:
             yield from recipe_seeds(ev, ref)
         gains = [budget_gain(at2, at12, run) for run in ("base", "bc", *(f"rl-s{s}" for s in ref))]
-        verdict = "reproduces" if all(g >= 2 * se for g, se in gains) else "does not reproduce for every model"
+        more = {"R1-Zero": [budget_gain(at2, at12, f"r1zero-s{s}") for s in zero]}
+        more["the filtered BC"] = [budget_gain(at2, at12, "bc-filtered")] if "bc-filtered" in ev.by_run else []
+        every = all(g >= 2 * se for g, se in gains + more["R1-Zero"] + more["the filtered BC"])
+        verdict = "reproduces" if every else "does not reproduce for every model"
         early, late = rl_bc(at2), rl_bc(at12)
+
+        def span(pairs: list[tuple[float, float]]) -> str:
+            lo, hi = min(g for g, _ in pairs), max(g for g, _ in pairs)
+            return f"{lo:+.1f}" if f"{lo:+.1f}" == f"{hi:+.1f}" else f"{lo:+.1f} to {hi:+.1f}"
         yield Claim("fresh pages, test-time interactions, README", "README.md",
-                    f"more success (12 against 2: {min(g for g, _ in gains):+.1f} to {max(g for g, _ in gains):+.1f} "
-                    f"points, every model)")
+                    f"on {pages(ev)} fresh pages (issue 87) more interactions at test time give more success (12 "
+                    f"against 2: the base, BC and BC + M-GRPO {span(gains)} points"
+                    + "".join(f", {name} {span(pairs)}" for name, pairs in more.items() if pairs)
+                    + f", {'every model above 0 at >= 2 SE' if every else 'not every model above 0 at >= 2 SE'})")
         yield Claim("fresh pages, test-time interactions", "docs/results.md",
                     f"budget 12 - 2 at T = 1 on the fresh pages: base {pm(gains[0])}, BC {pm(gains[1])}, "
                     f"BC + M-GRPO {seeds([g for g, _ in gains[2:]])} (+- "
-                    f"{min(se for _, se in gains[2:]):.1f}-{max(se for _, se in gains[2:]):.1f}; {named(ref)}): "
-                    f"{verdict} (each model above 0 at >= 2 SE); RL - BC {min(early):+.1f} to {max(early):+.1f} "
+                    f"{min(se for _, se in gains[2:]):.1f}-{max(se for _, se in gains[2:]):.1f}; {named(ref)})"
+                    + "".join(f", {name} {seeds([g for g, _ in pairs])} (+- {min(se for _, se in pairs):.1f}-"
+                              f"{max(se for _, se in pairs):.1f})" if len(pairs) > 1 else f", {name} {pm(pairs[0])}"
+                              for name, pairs in more.items() if pairs)
+                    + f": {verdict} (each model above 0 at >= 2 SE); RL - BC {min(early):+.1f} to {max(early):+.1f} "
                     f"at 2, {min(late):+.1f} to {max(late):+.1f} at 12")
     if zero:
         d, d_g, d_base = (by_seed["R1-Zero - reference", T1], by_seed["R1-Zero - reference", GREEDY],
@@ -413,9 +512,14 @@ def recipe_seeds(ev: Outcomes, ref: list[int]) -> Iterator[Claim]:
                 f"{interval(f, '')} | |")
     (b, _), (bf, _) = ev.rate("bc"), ev.rate("bc-filtered")
     m, _, h = across_seeds(d)
+    gm, _, gh = across_seeds(g)
+    above = "in every seed" if all(x > 0 for x in f) else f"in {sum(x > 0 for x in f)} of {len(f)} seeds"
     yield Claim("the recipe's seeds, README", "README.md",
+                f"on {pages(ev)} fresh pages (issue 87, `experiments/findings_fresh.sh`): "
                 f"RL - BC {seeds(d)} (mean {m:+.1f}, 95% interval {m - h:+.1f} to {m + h:+.1f}), and RL - the filtered "
-                f"BC (BC {b:.1f}, filtered {bf:.1f}) {seeds(f)} (mean {across_seeds(f)[0]:+.1f})")
+                f"BC (BC {b:.1f}, filtered {bf:.1f}) {seeds(f)} (mean {across_seeds(f)[0]:+.1f}): above the "
+                f"practitioner's fix, BC on the log filtered to its successes, {above}; greedy, RL "
+                f"{'gains nothing over' if gm - gh <= 0 <= gm + gh else 'differs from'} BC there (mean {gm:+.1f})")
 
 
 LOGGED_OUT = "suite/stop-newsletter@out"
@@ -439,6 +543,7 @@ def login(sets: dict[str, Outcomes], metrics: dict[str, list[dict]]) -> Iterator
                     f"from the base: BC {solved(on(zero, LOGGED_OUT), 'bc')} logged-out starts, "
                     f"{on(zero, 'suite/stop-newsletter@in').rate('bc', GREEDY)[0]:.0f} logged in, "
                     f"{on(zero, 'suite/log-in').rate('bc', GREEDY)[0]:.0f} on log-in")
+    counts = {}                              # condition -> (seeds composed, seeds, verdict)
     for k, label in ((0, "with no logged-out demonstration"), (1, "with one")):
         if f"out{k}" not in sets:
             continue
@@ -451,12 +556,25 @@ def login(sets: dict[str, Outcomes], metrics: dict[str, list[dict]]) -> Iterator
         samples = sorted(r for r in ev.by_run if r.startswith("bc-t"))
         sampled = ", ".join(f"{solved(ev, r, d)} at {d}" for r in samples for d in [ev.by_run[r][0]["decoding"]])
         verdict = ("reproduces" if composed >= 3 else "does not reproduce") if len(runs) == 5 else "5 seeds not in yet"
+        counts[k] = composed, len(runs), verdict, sorted(int(r.rsplit("-s", 1)[1]) for r in runs)
         yield Claim(f"log-in, {k} logged-out demonstration(s)", "docs/results.md",
                     f"{label}: BC {solved(ev, 'bc')}, M-GRPO composes in {composed} of {len(runs)} seeds "
                     f"({', '.join(f'{x:.1f}' for x in rates)}; "
                     f"RL - BC {seeds([ev.diff(r, 'bc', GREEDY)[0] for r in runs])}"
                     f" paired): {verdict}; logged-out rollouts succeed in {rollouts} of {len(runs)} runs"
                     + (f"; BC's samples on logged-out validation starts succeed {sampled}" if samples else ""))
+    if len(counts) == 2:
+        ran = counts[0][3] + counts[1][3]
+        yield Claim("log-in, the seeds", "docs/results.md",
+                    f"from the base, seeds {min(ran)}-{max(ran)}, greedy on the site suite's held-out seeds")
+        yield Claim("log-in, README", "README.md",
+                    f"learns the composition in {counts[1][0]} of {counts[1][1]} seeds given one logged-out "
+                    f"demonstration ({counts[0][0]} of {counts[0][1]} without): {counts[1][2]}")
+
+
+def pages(ev: Outcomes) -> int:
+    """How many pages (task, seed) an evaluation set's BC was evaluated on."""
+    return len({(r["task"], r["seed"]) for r in ev.episodes("bc", T1)})
 
 
 def budget_gain(at2: Outcomes, at12: Outcomes, run: str) -> tuple[float, float]:
@@ -483,10 +601,16 @@ def claims() -> list[Claim]:
                      f"differs, and hurts: {pm(d)} at T = 1 ({abs(d[0] / d[1]):.1f} SE"),
                Claim("engine mismatch, TIS against none, seed 0", "docs/training.md",
                      f"TIS - none {pm(tis)} at T = 1 ({abs(tis[0] / tis[1]):.1f} SE; greedy {pm(tis_g)})")]
-    return [*make_demo(issue86["test"]), *engine_mismatch(issue86["test"], first_pair, False),
-            *engine_mismatch(arms, from_reference, True), *reading, *mismatch_by_seed(arms), *findings(issue70),
-            *quality(load_json("issue57_quality_test.json")), *exchange(load_json("issue57_exchange_test.json")),
-            *fresh(load("issue87_outcomes.jsonl.gz")["test"]), *login_rows()]
+    runs70 = {"rl-s0": "issue86_f32-s0",      # make demo's M-GRPO, issue 70's seed 0 (its weights rerun, issue 86)
+              **{f"{p}rl-s{s}": f"issue70_2026-11-30_{p}rl-s{s}" for p in ("", "plain-", "cot-", "cot320-")
+                 for s in range(3) if (p, s) != ("", 0)}}
+    metrics70 = {run: load_metrics(EVIDENCE / f"{name}_metrics.jsonl") for run, name in runs70.items()}
+    quality_ev = load_json("issue57_quality_test.json")
+    return [*make_demo(issue86["test"], metrics70["rl-s0"]), *engine_mismatch(issue86["test"], first_pair, False),
+            *engine_mismatch(arms, from_reference, True), *reading, *mismatch_by_seed(arms),
+            *findings(issue70, metrics70), *quality(quality_ev), *clean_bc(quality_ev, issue86["test"]),
+            *exchange(load_json("issue57_exchange_test.json")), *fresh(load("issue87_outcomes.jsonl.gz")["test"]),
+            *login_rows()]
 
 
 def login_rows() -> Iterator[Claim]:
@@ -500,7 +624,8 @@ def login_rows() -> Iterator[Claim]:
 
 #: Findings written in the docs whose per-page outcomes were not kept: not re-derivable from evidence/
 #: (docs/results.md marks each).
-NOT_KEPT = ("make demo on clean demonstrations (2026-11-28)", "the log-in rows' 2026-11-30 figures")
+NOT_KEPT = ("make demo on clean demonstrations (2026-11-28)", "make demo's unparsable turns",
+            "the log-in argument's 2026-11-30 figures")
 
 
 def flat(text: str) -> str:
@@ -508,14 +633,20 @@ def flat(text: str) -> str:
     return re.sub(r"\s+", " ", text.replace("**", ""))
 
 
+def docs(cs: list[Claim], root: Path = ROOT) -> dict[str, str]:
+    """The text of every doc the claims ``cs`` are written in (under ``root``), flat."""
+    return {doc: flat((root / doc).read_text(encoding="utf-8")) for doc in sorted({c.doc for c in cs})}
+
+
+def written(cs: list[Claim], texts: dict[str, str]) -> list[tuple[Claim, bool]]:
+    """Each claim, and whether its doc's flat text in ``texts`` holds its text."""
+    return [(c, flat(c.text) in texts[c.doc]) for c in cs]
+
+
 def check(root: Path = ROOT) -> list[tuple[Claim, bool]]:
     """Every claim, and whether its doc (under ``root``) holds its text."""
-    docs: dict[str, str] = {}
-    out = []
-    for c in claims():
-        doc = docs.setdefault(c.doc, flat((root / c.doc).read_text(encoding="utf-8")))
-        out.append((c, flat(c.text) in doc))
-    return out
+    cs = claims()
+    return written(cs, docs(cs, root))
 
 
 def keep(into: Path, dirs: list[Path], set_name: str | None = None, rename: dict[str, str] | None = None) -> None:

@@ -50,8 +50,7 @@ from typing import Any, Literal
 
 import compress
 import env as webenv
-import policy
-from trainlib import cli, runlog
+from trainlib import cli
 from env import webarena
 from eval_report import decoding_label, load_reused, plot_budgets, render_viewer, results_markdown, tabulate
 from eval_stats import summarize
@@ -128,6 +127,12 @@ class Args:
     """comma list of earlier --out directories whose runs join this one's tables and paired differences
     (checked: same episodes, budget and decoding), so a new model is compared with models evaluated before
     without running them again; with --model "" only the tables are rebuilt"""
+
+
+cli.answer_help(Args, __name__)   # before the import of torch and the model stack: --help at once
+
+import policy  # noqa: E402
+from trainlib import runlog  # noqa: E402
 
 
 # ---- models and episodes ----

@@ -10,30 +10,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import torch
 
+from engines import RolloutEngine   # the flags of the engine beside the trainer, its correction among them
+
 log = logging.getLogger("webagent.mismatch")
-
-
-@dataclass(frozen=True)
-class RolloutEngine:
-    """The rollout engine beside the trainer (train_mgrpo's flags): what it computes in, vLLM's settings, and the
-    correction for the distribution it computes differently."""
-    rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis"] = "auto"
-    """weight Eq. 2's terms for the engine that drew them (``rollout_correction``): tis, mis per token, seq-* per
-    action; auto: tis for vllm (another engine, bf16 on GPUs), none for hf"""
-    rollout_correction_cap: float = 2.0
-    """C of --rollout-correction (2.0, as verl and ms-swift)"""
-    engine_dtype: str = ""
-    """the engine's dtype ("": the trainer's for hf, vLLM's own); bfloat16 with hf: a bf16 copy of the policy decodes,
-    so that the mismatch is real on a CPU"""
-    vllm_gpu_memory: float = 0.7
-    """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
-    vllm_eager: bool = False
-    """vLLM's enforce_eager: no torch.compile, no CUDA graphs (an engine starts sooner, generates slower)"""
 
 
 #: the correction's forms (``--rollout-correction``)

@@ -14,20 +14,66 @@ of real tasks (evaluation only: those rows are never trained on).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import random
 import shutil
 import time
-
-import torch
+from dataclasses import dataclass
 
 import compress
-import policy
-import synthweb
-import logprobs
+from trainlib import cli
+
+
+@dataclass
+class Args:
+    """Pretrain a tiny base model on synthetic web pages (synthweb.py)."""
+    out: str
+    """run directory: args.json, hf/ (the model, saved every --save-every steps and at the end)"""
+    model: str = "tiny:layers=4,hidden=192,split=words"
+    """tiny spec or checkpoint dir"""
+    steps: int = 6000
+    """optimizer steps"""
+    time_budget: float = 0.0
+    """stop after this many seconds (0: no limit)"""
+    batch: int = 64
+    """rows per step"""
+    lr: float = 1e-3
+    """peak learning rate (cosine after the warm-up)"""
+    warmup: int = 200
+    """linear warm-up steps"""
+    dense: float = 0.25
+    """loss weight of the non-response tokens"""
+    mix: str = "click=0.6,type=0.2,select=0.2"
+    """share of each kind of synthetic row"""
+    easy_frac: float = 0.0
+    """share of easy rows: short click pages without system prompt (a curriculum's start)"""
+    workers: int = 4
+    """processes generating rows"""
+    probe_every: int = 500
+    """steps between probes"""
+    probe_n: int = 256
+    """held-out rows per probe"""
+    probe_demos: str = ""
+    """demos.py JSONL to probe on (never trained on; empty: none)"""
+    save_every: int = 2000
+    """steps between saves"""
+    seed: int = 0
+    """rows and initialisation"""
+    device: str = ""
+    """cuda or cpu (empty: cuda when available)"""
+    threads: int = 0
+    """torch threads (0: torch's default)"""
+
+
+cli.answer_help(Args, __name__)   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
+
+import logprobs  # noqa: E402
+import policy  # noqa: E402
+import synthweb  # noqa: E402
 
 
 def render_row(tok, intent: str, history: list[str], obs: str, response: str, prompt: str = "short"):
@@ -123,38 +169,18 @@ def probe(model, tok, rows, device, batch: int = 64) -> dict[str, dict[str, floa
     return {g: {"exact": round(a / n, 3), "eid": round(b / n, 3), "n": n} for g, (a, b, n) in sorted(stats.items())}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="tiny:layers=4,hidden=192,split=words", help="tiny spec or checkpoint dir")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=6000)
-    ap.add_argument("--time-budget", type=float, default=0, help="stop after this many seconds (0: no limit)")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=200)
-    ap.add_argument("--dense", type=float, default=0.25, help="loss weight of the non-response tokens")
-    ap.add_argument("--mix", default="click=0.6,type=0.2,select=0.2")
-    ap.add_argument("--easy-frac", type=float, default=0.0,
-                    help="share of easy rows: short click pages without system prompt (a curriculum's start)")
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--probe-every", type=int, default=500)
-    ap.add_argument("--probe-n", type=int, default=256)
-    ap.add_argument("--probe-demos", default=None, help="demos.py JSONL to probe on (never trained on)")
-    ap.add_argument("--save-every", type=int, default=2000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--threads", type=int, default=0)
-    args = ap.parse_args(argv)
+def main(argv: list[str] | None = None):
+    args = cli.parse_args(Args, argv)
     mix = {k: float(v) for k, v in (item.split("=") for item in args.mix.split(","))}
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    device = torch.device(args.device)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, tok = policy.load(args.model, device=device, dtype=torch.float32)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "args.json"), "w") as f:
-        json.dump(vars(args), f, indent=1)
+        json.dump(cli.args_dict(args), f, indent=1)
     probes = probe_rows(tok, 10_000 + args.seed, args.probe_n, mix) + probe_rows(
         tok, 20_000 + args.seed, args.probe_n, {"click": 1.0}, easy=True)
     if args.probe_demos:

@@ -39,13 +39,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 import bc_data
 import compress
-import logprobs
-import policy
-from trainlib import checkpoints, cli, distributed, optim, runlog
+from trainlib import cli
 
 log = logging.getLogger("webagent.bc")
 
@@ -120,6 +116,15 @@ class Args:
     only_successes: bool = True
     """clone only the trajectories of --data that succeeded (reward > 0); --no-only-successes clones every one, as
     an unfiltered log would be (demos.py --mistakes writes failed ones)"""
+
+
+cli.answer_help(Args, __name__)   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
+
+import logprobs  # noqa: E402
+import policy  # noqa: E402
+from trainlib import checkpoints, distributed, optim, runlog  # noqa: E402
 
 
 # ---- data ----

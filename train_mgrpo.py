@@ -1,25 +1,18 @@
 """M-GRPO (WebAgent-R1, Sec. 2.3, Eq. 2): end-to-end multi-turn GRPO against live browsers.
 
 One training step, in the order of ``train``:
-  1. rollouts: B tasks x G trajectories, each an asyncio task with its own browser context, all G of a group
-     from the same start page: rollout.py's episode loop (the one evaluation runs), every step kept as a
-     token-exact sample (prompt ids + generated ids), a binary reward at the end.
+  1. rollouts: B tasks x G trajectories from one start page per group, each an asyncio task with its own browser
+     context (rollout.py's episode loop, the one evaluation runs), every step a token-exact sample.
   2. advantages (``mgrpo_batch``): A_i = (r_i - mean) / (std + eps) within the group, shared by all actions of
-     trajectory i. A trajectory the environment ended (failed reset, crash, timeout) leaves its group's
-     statistics; a group left with < 2 trajectories, or (``--zero-std skip``) with equal rewards, leaves the loss.
+     trajectory i; a trajectory the environment ended (failed reset, crash, timeout) leaves its group's statistics.
   3. loss (Eq. 2): clipped ratio (eps 0.2) minus beta * KL to the frozen reference (k3, beta 0.001), the
-     normalisation 1/(G |tau_i| |a_ij|) as per-sample weights (so micro-batches add up); the actions taken from
-     one context (the G of a group's start page) scored in one row, the context computed once.
-  4. weight sync: the HF backend generates with the trainer's module itself; the vLLM engine gets the weights
-     pushed, then checked on a probe (``backend.after_update``).
-A run is a function of its command: each request is seeded (``rollout.group_noise``), the CPU decodes
-batch-invariantly, the update reads the samples in job order; a resumed run equals the uninterrupted one.
+     normalisation 1/(G |tau_i| |a_ij|) as per-sample weights (so micro-batches add up).
+  4. weight sync (``backend.after_update``): HF generates with the trainer's module; vLLM gets the weights pushed.
+A run is a function of its command (seeded requests, batch-invariant CPU decoding, samples read in job order).
 
-Beyond the paper (off by default, each with a row in docs/results.md): ``--advantage gigpo``,
-``--dynamic-sampling N`` (DAPO), ``--lora-rank``, ``--warmup-steps``, ``--time-budget``, ``--invalid-penalty``,
-``--rollout-correction`` (mismatch.py: the engine/trainer mismatch, measured on every step; tis with vLLM).
-The default batch is B=4 x G=4 (the paper's 16 trajectories; it does not give G); with ``--updates-per-batch 1``
-(default) the ratio is 1, as in the paper's on-policy setting.
+Beyond the paper (off by default, each with a row in docs/results.md): ``--advantage gigpo``, ``--dynamic-sampling
+N`` (DAPO), ``--lora-rank``, ``--warmup-steps``, ``--time-budget``, ``--invalid-penalty``, ``--rollout-correction``
+(mismatch.py). The default batch is B=4 x G=4 (the paper's 16 trajectories), one update per batch (ratio 1).
 
 Run (R1-Zero: the same with --model pointing at a base, not BC, checkpoint):
     python train_mgrpo.py --model ckpt/bc/hf --tasks miniwob:click-button,login-user --out ckpt/rl
@@ -42,14 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import torch
-from tqdm import tqdm
-
+import engines
 import env as webenv
-import logprobs
-import mismatch
-import policy
-from trainlib import checkpoints, cli, distributed, lora, optim, runlog
+from trainlib import cli
 from env import webarena
 from rollout import (EnvConfig, EpisodeConfig, Job, Runner, Sample, Trajectory, group_noise, rollouts, task_counts,
                      task_success, trajectory_stats)
@@ -109,7 +97,7 @@ class Args:
     """how outcomes become advantages (flags --advantage, --zero-std, --invalid-penalty)"""
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
-    rollout_engine: mismatch.RolloutEngine = field(default_factory=mismatch.RolloutEngine)
+    rollout_engine: engines.RolloutEngine = field(default_factory=engines.RolloutEngine)
     """the rollout engine beside the trainer (flags --engine-dtype, --vllm-gpu-memory, --vllm-eager,
     --rollout-correction, --rollout-correction-cap)"""
     micro_batch: int = 4
@@ -149,6 +137,16 @@ class Args:
     """stop after the step during which this many seconds of training have passed (0: only --steps)"""
     resume: bool = False
     """continue from <out>/latest"""
+
+
+cli.answer_help(Args, __name__)   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+import logprobs  # noqa: E402
+import mismatch  # noqa: E402
+import policy  # noqa: E402
+from trainlib import checkpoints, distributed, lora, optim, runlog  # noqa: E402
 
 
 # ---- the rollouts of a step ----
@@ -589,7 +587,7 @@ def main(args: Args) -> Path:
     cfg = optim.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=1, world_size=world,
                           bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
     engine = optim.make_engine(model, cfg, lr=args.lr, weight_decay=0.0, betas=(0.9, args.adam_beta2),
-                                  schedule=optim.linear_warmup(args.warmup_steps))
+                               schedule=optim.linear_warmup(args.warmup_steps))
     # the frozen reference pi_ref of the KL term (none for beta = 0), partitioned like the policy under ZeRO-3
     ref = (policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)[0]
            if args.beta else None)

@@ -20,8 +20,10 @@ The OpenAI-compatible HTTP backend is ``policy.OpenAIBackend``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["Generation", "Sampling", "SAMPLING", "request_settings", "end_of_turn_ids", "END_OF_TURN_STRINGS"]
+__all__ = ["Generation", "Sampling", "SAMPLING", "RolloutEngine", "request_settings", "end_of_turn_ids",
+           "END_OF_TURN_STRINGS"]
 
 
 @dataclass
@@ -51,6 +53,24 @@ class Sampling:
 
 #: The paper's sampling settings: the default of every backend and of ``rollout.EpisodeConfig``.
 SAMPLING = Sampling()
+
+
+@dataclass(frozen=True)
+class RolloutEngine:
+    """The rollout engine beside the trainer (train_mgrpo's flags): what it computes in, vLLM's settings, and the
+    correction for the distribution it computes differently."""
+    rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis"] = "auto"
+    """weight Eq. 2's terms for the engine that drew them (``rollout_correction``): tis, mis per token, seq-* per
+    action; auto: tis for vllm (another engine, bf16 on GPUs), none for hf"""
+    rollout_correction_cap: float = 2.0
+    """C of --rollout-correction (2.0, as verl and ms-swift)"""
+    engine_dtype: str = ""
+    """the engine's dtype ("": the trainer's for hf, vLLM's own); bfloat16 with hf: a bf16 copy of the policy decodes,
+    so that the mismatch is real on a CPU"""
+    vllm_gpu_memory: float = 0.7
+    """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
+    vllm_eager: bool = False
+    """vLLM's enforce_eager: no torch.compile, no CUDA graphs (an engine starts sooner, generates slower)"""
 
 
 def request_settings(backend, max_new_tokens: int | None, temperature: float | None,

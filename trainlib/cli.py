@@ -30,3 +30,11 @@ def args_dict(args) -> dict[str, Any]:
         value = getattr(args, f.name)
         out.update(args_dict(value) if dataclasses.is_dataclass(value) else {f.name: value})
     return out
+
+
+def answer_help(cls, name: str) -> None:
+    """``--help`` (or ``-h``) answered from ``Args`` alone, before the script imports torch and the model stack: a
+    script calls it with its ``__name__`` right after its ``Args`` and before those imports, so the help prints in
+    well under a second. Nothing happens when the module is imported, or without the flag."""
+    if name == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+        parse_args(cls)   # tyro prints the help and exits

@@ -1,6 +1,6 @@
 # Sourced by scripts/demo.sh, demo_findings.sh and demo_suite.sh: the demo's tasks, model and training
 # commands, written once so that every finding runs with the demo's own settings.
-PY=.venv/bin/python
+PY=${WEBAGENT_PYTHON:-.venv/bin/python}   # the stages' interpreter (tests/test_demo.py: a warm one, tests/warm.py)
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}
 
 # The demo's 8 MiniWoB++ tasks, chosen where BC leaves room by a rule fixed before any RL run on them

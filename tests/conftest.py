@@ -32,6 +32,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The tests that run a script for what it does fork it from a warm interpreter, one per worker, that has imported
+# torch and transformers once (tests/warm.py; docs/testing.md, "How it runs"): imported here, after the variables
+# above are set, so that the zygote starts with the suite's environment.
+import warm  # noqa: E402,F401
+
 
 # `make test` runs two pytest-xdist workers, each module on one of them (`--dist loadfile
 # --no-loadscope-reorder`), in this order: the modules of 25 s or more longest first (seconds of wall clock, the

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import compress
 import env
 import policy
+import warm
 from compress import ChatTemplateError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,11 +127,11 @@ def test_chat_template_flag_for_a_model_without_one(tmp_path):
                                  "reward": 1.0, "steps": [{"observation": '<button id="0"> Ok </button>',
                                                            "error": None, "url": "", "response": RESPONSE}]}) + "\n")
     out = tmp_path / "bc"
-    proc = subprocess.run([sys.executable, "train_bc.py", "--model", str(base), "--chat-template", str(template),
+    proc = warm.run([sys.executable, "train_bc.py", "--model", str(base), "--chat-template", str(template),
                            "--data", str(demos), "--out", str(out), "--max-steps", "1", "--batch-size", "1",
                            "--micro-batch", "1", "--prompt", "short", "--torch-threads", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TORCH_EXTENSIONS_DIR": str(ROOT / ".torch_extensions")})
+                    cwd=ROOT, capture_output=True, text=True, timeout=600,
+                    env={**os.environ, "TORCH_EXTENSIONS_DIR": str(ROOT / ".torch_extensions")})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     from transformers import AutoTokenizer
     assert AutoTokenizer.from_pretrained(out / "hf", local_files_only=True).chat_template == THINKING

@@ -6,12 +6,17 @@ from pathlib import Path
 
 import pytest
 
+import warm
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _environ(**extra: str) -> dict:
+    """The scripts' environment: their Python stages ($PY, scripts/demo_common.sh) forked from this worker's warm
+    interpreter through tests/warm_python (tests/warm.py), each as `.venv/bin/python STAGE` runs it."""
     environ = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
     environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
+    environ.update(warm.python_environ())
     return environ
 
 

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
+import warm
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_gpu_path_script_runs_end_to_end_at_cpu_size(tmp_path):
     environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                                   "MASTER_PORT")}
-    proc = subprocess.run([sys.executable, "bench/gpu_path.py", "--shape", "tiny", "--turns", "2", "--prompt-tokens",
-                           "128", "--action-tokens", "32", "--updates", "1", "--bc-steps", "1",
-                           "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(environ, WEBAGENT_DEVICE="cpu",
-                                   TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR",
-                                                                       str(ROOT / ".torch_extensions"))))
+    proc = warm.run([sys.executable, "bench/gpu_path.py", "--shape", "tiny", "--turns", "2", "--prompt-tokens",
+                     "128", "--action-tokens", "32", "--updates", "1", "--bc-steps", "1", "--out", str(tmp_path)],
+                    cwd=ROOT, capture_output=True, text=True, timeout=600,
+                    env=dict(environ, WEBAGENT_DEVICE="cpu",
+                             TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))))
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["zero_stage"] == 3 and r["attention"] == "sdpa" and r["samples"] == 2 * 4 * 2

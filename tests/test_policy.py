@@ -21,6 +21,7 @@ import engines
 from engines import hf_backend
 from engines import hf_kv
 import policy
+import warm
 from engines import vllm_backend
 from fake_openai import ChatHandler, serve
 from processes import outliving, read_until
@@ -741,8 +742,8 @@ def test_push_weights_gathers_zero3_params_in_buckets(tmp_path):
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="",
                TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".torch_extensions")))
-    proc = subprocess.run([sys.executable, str(script), ROOT], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=str(tmp_path))
+    proc = warm.run([sys.executable, str(script), ROOT], env=env, capture_output=True, text=True, timeout=300,
+                    cwd=str(tmp_path))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(lines[-1][len("RESULT "):])

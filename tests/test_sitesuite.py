@@ -23,6 +23,7 @@ import pytest
 import demos
 import env
 import experts
+import warm
 from env import sitesuite, suite_site
 
 
@@ -398,8 +399,8 @@ def test_eval_and_train_run_the_suite_through_replicas_from_the_command_line(tmp
         token = endpoint.rsplit("/", 1)[1]
 
         def script(*argv: str) -> None:
-            proc = subprocess.run([sys.executable, *argv], cwd=root, env=environ, capture_output=True, text=True,
-                                  timeout=600)
+            proc = warm.run([sys.executable, *argv], cwd=root, env=environ, capture_output=True, text=True,
+                            timeout=600)
             out = proc.stdout + proc.stderr
             assert proc.returncode == 0 and f"at {env.redact_endpoint(endpoint)}" in out, out[-4000:]  # the server's
             assert token not in out

@@ -58,7 +58,7 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     first = _run_record(out)
 
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
-    log = run_script("train_mgrpo.py", *common, "--steps", "50", "--resume", "--time-budget", "0.01")
+    log = run_script("train_mgrpo.py", *common, "--steps", "50", "--resume", "--time-budget", "0.01", fresh=True)
     steps = [r["step"] for r in metrics(out)]
     assert steps == [0, 1, 2, 3]                     # step 3 redone, logged once; then out of time
     assert "(time budget reached)" in log

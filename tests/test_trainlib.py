@@ -222,13 +222,17 @@ def test_collectives_for_real_in_two_gloo_processes(tmp_path):
     import sys
     script = tmp_path / "ranks.py"
     script.write_text(_TWO_RANKS)
+    import warm
     port = str(distributed._free_port())
-    procs = [subprocess.Popen([sys.executable, str(script), str(ROOT)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
-                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WEBAGENT_DEVICE="cpu"))
-             for r in (0, 1)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
+    logs, procs = [tmp_path / f"rank{r}.log" for r in (0, 1)], []
+    for r, log in enumerate(logs):      # each forked from the warm interpreter (tests/warm.py) where it can
+        with open(log, "w") as sink:
+            procs.append(warm.popen([sys.executable, str(script), str(ROOT)], stdout=sink, stderr=subprocess.STDOUT,
+                                    env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WEBAGENT_DEVICE="cpu")))
+    for p in procs:
+        p.wait(timeout=300)
+    outs = [log.read_text() for log in logs]
     assert all(p.returncode == 0 for p in procs), outs[0][-2000:] + outs[1][-2000:]
     res = [json.loads(o.split("RESULT ", 1)[1].splitlines()[0]) for o in outs]
     for r, got in enumerate(res):

@@ -1,6 +1,6 @@
 """What the tests of the training scripts share (tests/test_train_bc.py, test_train_mgrpo.py,
 test_train_mgrpo_vllm.py; their fixtures `demos` and `half_right_bc` are in conftest.py): running a repo script as
-a user does, in a fresh process, and reading what it wrote."""
+a user does, in a process of its own, and reading what it wrote."""
 import json
 import os
 import socket
@@ -12,19 +12,23 @@ import torch
 
 import env
 import policy
+import warm
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEPSPEED = [sys.executable, "-m", "deepspeed.launcher.runner"]   # the `deepspeed` command, wherever it is installed
 
 
-def run_script(*argv: str, launcher: list[str] | None = None, timeout: int = 900) -> str:
-    """Run a repo script in a fresh process; fail with the tail of its output."""
+def run_script(*argv: str, launcher: list[str] | None = None, fresh: bool = False, timeout: int = 900) -> str:
+    """Run a repo script, `python SCRIPT ARGS`, in a process forked from the worker's warm interpreter
+    (tests/warm.py: torch and transformers imported once), or in a real fresh process through ``launcher`` or
+    with ``fresh`` (a resume); fail with the tail of its output."""
     environ = dict(os.environ, PYTHONUNBUFFERED="1")
     environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions"))
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         environ.pop(k, None)
     cmd = (launcher or [sys.executable]) + list(argv)
-    proc = subprocess.run(cmd, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=timeout)
+    proc = (subprocess.run if launcher or fresh else warm.run)(cmd, cwd=ROOT, env=environ, capture_output=True,
+                                                              text=True, timeout=timeout)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-4000:]}"
     return out

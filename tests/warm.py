@@ -219,6 +219,20 @@ def start(cmd, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, sock
     return Run(conn, int(answer.split()[1]))
 
 
+def popen(cmd, *, cwd=None, env=None, stdout=None, stderr=None) -> Run | subprocess.Popen:
+    """A run started through the zygote where it can, else subprocess.Popen: both have pid, wait, poll,
+    send_signal, kill and returncode."""
+    return (start(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+            or subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr))
+
+
+def popen(cmd, *, cwd=None, env=None, stdout=None, stderr=None) -> Run | subprocess.Popen:
+    """A run started through the zygote where it can, else subprocess.Popen: both have pid, wait, poll,
+    send_signal, kill and returncode."""
+    return (start(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+            or subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr))
+
+
 class Completed(subprocess.CompletedProcess):
     warm: bool
 

@@ -92,6 +92,8 @@ class Quality:
     def draw(self, key: str) -> tuple[str | None, random.Random]:
         """The imperfection of the episode ``key`` ("task_id/seed"): None, "wrong-element", "early-submit" or
         "detour", and the generator of its choices (which element, which step)."""
+        # (blake2b's hex digest, not rollout.hash63: that would draw another log than the one make demo's table and
+        # every finding's evidence come from)
         rng = random.Random(hashlib.blake2b(key.encode(), digest_size=8).hexdigest())
         u, half = rng.random(), rng.random() < 0.5
         if u < self.mistake:

@@ -16,7 +16,23 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="assets/tiny-web-base")
+    ap.add_argument("--data", required=True, help="demonstrations (demos.py's JSONL)")
+    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--splits", default="1,2,4,16",
+                    help="pieces per micro-batch to compare, the first the reference (1: one padded batch)")
+    ap.add_argument("--steps", type=int, default=6, help="micro-batches, each run by every variant")
+    ap.add_argument("--prompt", default="short")
+    return ap
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parser().parse_args()   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bc_data  # noqa: E402
@@ -42,15 +58,7 @@ def step(model, batch: list, n: int, pad_id: int) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="assets/tiny-web-base")
-    ap.add_argument("--data", required=True, help="demonstrations (demos.py's JSONL)")
-    ap.add_argument("--micro-batch", type=int, default=16)
-    ap.add_argument("--splits", default="1,2,4,16",
-                    help="pieces per micro-batch to compare, the first the reference (1: one padded batch)")
-    ap.add_argument("--steps", type=int, default=6, help="micro-batches, each run by every variant")
-    ap.add_argument("--prompt", default="short")
-    args = ap.parse_args()
+    args = parser().parse_args()
     torch.manual_seed(0)
     model, tok = policy.load(args.model, device="cpu", dtype=torch.float32)
     names: list[str] = []

@@ -28,7 +28,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import compress  # noqa: E402
 from compress import Turn  # noqa: E402
-import policy  # noqa: E402
 
 
 @dataclass
@@ -42,6 +41,20 @@ class Args:
     reps: int = 7
     """timing repetitions (the fastest is reported: the box is shared, the minimum is the least noisy)"""
     seed: int = 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """One ``--flag`` per field of ``Args``."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in dataclasses.fields(Args):
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    return ap
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parser().parse_args()   # before policy imports torch: --help at once
+
+import policy  # noqa: E402
 
 
 # ---- synthetic trajectories ----
@@ -207,10 +220,7 @@ def bench_template(args: Args, template: str, corpus: list[str]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(Args):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    args = Args(**vars(parser.parse_args()))
+    args = Args(**vars(parser().parse_args()))
     print(f"args: {vars(args)}")
     rng = random.Random(args.seed + 1)
     corpus = [page(rng, 40) for _ in range(60)] + [response(rng) for _ in range(200)]

@@ -24,6 +24,18 @@ import tempfile
 import time
 from pathlib import Path
 
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="assets/tiny-web-base")
+    ap.add_argument("--pages", type=int, default=5, help="validation pages per task")
+    ap.add_argument("--concurrency", default="", help="comma list: the concurrency sweep instead (e.g. 1,8,32,64)")
+    return ap
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parser().parse_args()   # before the imports of torch and the model stack: --help at once
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 import eval as ev  # noqa: E402
@@ -66,11 +78,7 @@ def sweep(model: str, pages: int, levels: list[int]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="assets/tiny-web-base")
-    ap.add_argument("--pages", type=int, default=5, help="validation pages per task")
-    ap.add_argument("--concurrency", default="", help="comma list: the concurrency sweep instead (e.g. 1,8,32,64)")
-    a = ap.parse_args()
+    a = parser().parse_args()
     if a.concurrency:
         return sweep(a.model, a.pages, [int(c) for c in a.concurrency.split(",")])
     modes = ("float32", "fixed", "float64")

@@ -40,12 +40,6 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-
-from engines import hf_backend  # noqa: E402
-import policy  # noqa: E402
-from engines import vllm_backend  # noqa: E402
-
 
 @dataclass
 class Args:
@@ -72,6 +66,16 @@ def parse_args() -> Args:
         else:
             p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
     return Args(**vars(p.parse_args()))
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parse_args()   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
+
+from engines import hf_backend  # noqa: E402
+import policy  # noqa: E402
+from engines import vllm_backend  # noqa: E402
 
 
 def make_prompts(tok, n: int, longest: int) -> list[list[int]]:

@@ -34,17 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
-
-import torch  # noqa: E402
-
-import env as webenv  # noqa: E402
-from engines import hf_backend  # noqa: E402
-import logprobs  # noqa: E402
-import policy  # noqa: E402
-from trainlib import cli, optim  # noqa: E402
-import train_mgrpo  # noqa: E402
-from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts  # noqa: E402
-
+from trainlib import cli  # noqa: E402
 
 
 @dataclass
@@ -76,6 +66,19 @@ class Args:
     """seed of the RL pages (train_mgrpo.step_tasks) and of sampling"""
     out: str = ""
     """JSON of the numbers (stdout gets the table either way)"""
+
+
+cli.answer_help(Args, __name__)   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
+
+import env as webenv  # noqa: E402
+from engines import hf_backend  # noqa: E402
+import logprobs  # noqa: E402
+import policy  # noqa: E402
+from trainlib import optim  # noqa: E402
+import train_mgrpo  # noqa: E402
+from rollout import EpisodeConfig, Job, Runner, Trajectory, rollouts  # noqa: E402
 
 
 def noise_stats(grads: torch.Tensor, halves: list[int], splits: int, rng: random.Random) -> dict:

@@ -21,7 +21,24 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+ENGINES = {"hf-f32": ("hf", ""), "hf-f64": ("hf", "float64"), "hf-bf16": ("hf", "bfloat16"),
+           "vllm-f32": ("vllm", "float32"), "vllm-bf16": ("vllm", "bfloat16")}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="assets/tiny-web-base", help="the policy (make demo's BC: runs/demo/bc/hf)")
+    p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--groups", type=int, default=8, help="pages (groups), spread over make demo's 8 tasks")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parser().parse_args()   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
@@ -31,9 +48,6 @@ import policy  # noqa: E402
 import logprobs  # noqa: E402
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
 from mismatch import engine_logprobs, mismatch_stats, mismatch_sums  # noqa: E402
-
-ENGINES = {"hf-f32": ("hf", ""), "hf-f64": ("hf", "float64"), "hf-bf16": ("hf", "bfloat16"),
-           "vllm-f32": ("vllm", "float32"), "vllm-bf16": ("vllm", "bfloat16")}
 
 
 async def one_engine(name: str, args, model, tokenizer, jobs: list[Job], cfg: EpisodeConfig) -> dict[str, float]:
@@ -60,13 +74,7 @@ async def one_engine(name: str, args, model, tokenizer, jobs: list[Job], cfg: Ep
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="assets/tiny-web-base", help="the policy (make demo's BC: runs/demo/bc/hf)")
-    p.add_argument("--engines", default=",".join(ENGINES))
-    p.add_argument("--groups", type=int, default=8, help="pages (groups), spread over make demo's 8 tasks")
-    p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+    args = parser().parse_args()
     torch.set_num_threads(1)
     model, tokenizer = policy.load(args.model, device="cpu", dtype=torch.float32)
     tasks = webenv.load_tasks(DEMO_TASKS)

@@ -57,12 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 
 import env as webenv  # noqa: E402
-from engines import hf_backend  # noqa: E402
-import policy  # noqa: E402
-from trainlib import cli, distributed, optim  # noqa: E402
-import train_mgrpo  # noqa: E402  (the batch and the update this bench times)
+from trainlib import cli  # noqa: E402
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
-
 
 
 @dataclass
@@ -86,6 +82,14 @@ class Args:
     """KL coefficient (0: no reference forward)"""
     update_threads: int = 0
     """torch threads of the update (0: torch's default, as train_mgrpo)"""
+
+
+cli.answer_help(Args, __name__)   # before the imports of torch and the model stack: --help at once
+
+from engines import hf_backend  # noqa: E402
+import policy  # noqa: E402
+from trainlib import distributed, optim  # noqa: E402
+import train_mgrpo  # noqa: E402  (the batch and the update this bench times)
 
 
 @dataclass

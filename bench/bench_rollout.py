@@ -26,14 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-
 import env as webenv  # noqa: E402
-from engines import hf_backend  # noqa: E402
-import policy  # noqa: E402
-from trainlib import cli, distributed, optim  # noqa: E402
-import train_mgrpo  # noqa: E402  (the update this bench times)
-from engines import vllm_backend  # noqa: E402
+from trainlib import cli  # noqa: E402
 from compress import PromptKind  # noqa: E402
 from rollout import EpisodeConfig, Trajectory, rollout  # noqa: E402
 
@@ -61,6 +55,17 @@ class Args:
     """CPU torch threads of the generation thread (the update is timed with 1 and with every core)"""
     vllm: bool = False
     """also run the asynchronous rollouts with the vLLM backend and time a weight push"""
+
+
+cli.answer_help(Args, __name__)   # before the imports of torch and the model stack: --help at once
+
+import torch  # noqa: E402
+
+from engines import hf_backend  # noqa: E402
+import policy  # noqa: E402
+from trainlib import distributed, optim  # noqa: E402
+import train_mgrpo  # noqa: E402  (the update this bench times)
+from engines import vllm_backend  # noqa: E402
 
 
 class LockStep:

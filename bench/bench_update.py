@@ -26,11 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 
 import env as webenv  # noqa: E402
-from engines import hf_backend  # noqa: E402
-import logprobs  # noqa: E402
-import policy  # noqa: E402
-from trainlib import cli, distributed, optim  # noqa: E402
-import train_mgrpo  # noqa: E402  (the update this bench times)
+from trainlib import cli  # noqa: E402
 from rollout import EpisodeConfig, Job, Runner, group_noise, rollouts  # noqa: E402
 
 
@@ -52,6 +48,15 @@ class Args:
     """action samples per forward (make demo: 16)"""
     beta: float = 0.001
     """KL coefficient (0: no reference forward)"""
+
+
+cli.answer_help(Args, __name__)   # before the imports of torch and the model stack: --help at once
+
+from engines import hf_backend  # noqa: E402
+import logprobs  # noqa: E402
+import policy  # noqa: E402
+from trainlib import distributed, optim  # noqa: E402
+import train_mgrpo  # noqa: E402  (the update this bench times)
 
 
 def tokens(samples, how: str) -> int:

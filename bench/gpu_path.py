@@ -35,6 +35,32 @@ import tempfile
 import time
 from pathlib import Path
 
+QWEN25_VOCAB = 151_936
+#: (hidden, intermediate, layers, heads, kv heads): Qwen2.5-0.5B and -3B (tied embeddings), and a CPU size
+SHAPES = {"0.5b": (896, 4864, 24, 14, 2), "3b": (2048, 11008, 36, 16, 2), "tiny": (64, 128, 2, 4, 2)}
+#: dense bf16 peak, TFLOP/s (H100 / H200 SXM: 989; A100: 312)
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=list(SHAPES), default="0.5b")
+    ap.add_argument("--groups", type=int, default=2)
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--prompt-tokens", type=int, default=1024, help="new prompt tokens per turn")
+    ap.add_argument("--action-tokens", type=int, default=256)
+    ap.add_argument("--micro-batch", type=int, default=2)
+    ap.add_argument("--updates", type=int, default=2, help="M-GRPO updates (the first one is warm-up, not timed)")
+    ap.add_argument("--bc-steps", type=int, default=3)
+    ap.add_argument("--peak-tflops", type=float, default=0.0, help="the device's peak (default: by its name)")
+    ap.add_argument("--out", default="", help="where the checkpoint goes (default: a temporary directory)")
+    return ap
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parser().parse_args()   # before the imports of torch and the model stack: --help at once
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
@@ -46,12 +72,6 @@ from trainlib import checkpoints, distributed, optim  # noqa: E402
 from rollout import Sample, Trajectory  # noqa: E402
 from mismatch import engine_logprobs, mismatch_stats, mismatch_sums  # noqa: E402
 from train_mgrpo import Args as MGRPOArgs, mgrpo_batch, update  # noqa: E402
-
-QWEN25_VOCAB = 151_936
-#: (hidden, intermediate, layers, heads, kv heads): Qwen2.5-0.5B and -3B (tied embeddings), and a CPU size
-SHAPES = {"0.5b": (896, 4864, 24, 14, 2), "3b": (2048, 11008, 36, 16, 2), "tiny": (64, 128, 2, 4, 2)}
-#: dense bf16 peak, TFLOP/s (H100 / H200 SXM: 989; A100: 312)
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
 
 def build(shape: str, device: torch.device, dtype: torch.dtype):
@@ -164,19 +184,7 @@ def engine_mismatch(hf_dir: Path, samples: list[Sample], engine, pad_id: int, de
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", choices=list(SHAPES), default="0.5b")
-    ap.add_argument("--groups", type=int, default=2)
-    ap.add_argument("--group-size", type=int, default=4)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--prompt-tokens", type=int, default=1024, help="new prompt tokens per turn")
-    ap.add_argument("--action-tokens", type=int, default=256)
-    ap.add_argument("--micro-batch", type=int, default=2)
-    ap.add_argument("--updates", type=int, default=2, help="M-GRPO updates (the first one is warm-up, not timed)")
-    ap.add_argument("--bc-steps", type=int, default=3)
-    ap.add_argument("--peak-tflops", type=float, default=0.0, help="the device's peak (default: by its name)")
-    ap.add_argument("--out", default="", help="where the checkpoint goes (default: a temporary directory)")
-    a = ap.parse_args()
+    a = parser().parse_args()
 
     rank, _, _ = distributed.init_distributed()
     device, dtype = policy.decide_device()

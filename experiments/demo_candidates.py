@@ -5,6 +5,7 @@ ones, and the rule that picks 8 of them from BC's validation success.
     .venv/bin/python experiments/demo_candidates.py candidates miniwob:TASK,...    # -> miniwob:TASK,...
     .venv/bin/python experiments/demo_candidates.py choose runs/candidates/val/results.json
 """
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -37,7 +38,14 @@ def choose(results_json: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "candidates":
-        print(candidates(sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("candidates", help="print the candidates: every task with a scripted expert but these").add_argument(
+        "saturated", help="miniwob:TASK,... the saturated tasks")
+    sub.add_parser("choose", help="print the 8 tasks the rule picks").add_argument(
+        "results_json", help="eval.py's results.json of BC on the candidates' validation pages")
+    a = ap.parse_args()
+    if a.command == "candidates":
+        print(candidates(a.saturated))
     else:
-        choose(sys.argv[2])
+        choose(a.results_json)

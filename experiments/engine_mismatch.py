@@ -4,8 +4,8 @@ metrics.jsonl (experiments/engine_mismatch.sh prints it after the table; the eva
 
     .venv/bin/python experiments/engine_mismatch.py runs/demo/rl runs/mismatch/bf16-none-s0 ...
 """
+import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -21,8 +21,11 @@ def summary(run: Path) -> str:
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="*", type=Path, help="train_mgrpo.py run directories (each with its metrics.jsonl)")
+    args = ap.parse_args()
     print("| run | steps | KL k1 (mean) | KL k3 (mean) | max \\|log ratio\\| | tokens outside [0.5, 2] (mean) | "
           "seq log ratio (mean) | KL to the start, last step |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for arg in sys.argv[1:]:
-        print(summary(Path(arg)))
+    for run in args.runs:
+        print(summary(run))

@@ -5,6 +5,7 @@
 Reads OUT/common (bc and rl, common noise, K samples and greedy) and OUT/independent (rl-indep: the rl weights
 with their own noise); prints, for the first k = 1..K samples of each page, RL - BC and its paired SE with common
 and with independent noise, on the pages evaluated and scaled to N pages (default 400, make demo's)."""
+import argparse
 import json
 import math
 import sys
@@ -48,4 +49,8 @@ def main(out: str, scale_to: int = 400) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *(int(x) for x in sys.argv[2:3]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="experiments/eval_precision.sh's OUT (its common/ and independent/ evaluations)")
+    ap.add_argument("scale_to", nargs="?", type=int, default=400, help="pages the SE is scaled to (make demo's 400)")
+    args = ap.parse_args()
+    main(args.out, args.scale_to)

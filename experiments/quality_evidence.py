@@ -8,6 +8,7 @@ repository, compact: a fresh machine (without runs/) pairs a new run against the
 
 Each evaluated model: its outcomes ("TASK/SEED|DECODING|SAMPLE": 0 or 1), the sha256 of its weights and, for a
 BC, the number of demonstrations it cloned. Models already in a file stay; one evaluated again replaces its entry."""
+import argparse
 import hashlib
 import json
 import sys
@@ -51,11 +52,18 @@ def keep(root: Path, split: str, out: Path) -> None:
 
 
 def main() -> None:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/quality")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", nargs="?", default="runs/quality", type=Path,
+                    help="demo_quality.sh's or demo_exchange.sh's output: runs/quality (default) or runs/exchange")
+    ap.add_argument("out", nargs="?", type=Path,
+                    help="the validation pages' file (default: experiments/evidence/issue57_{quality,exchange}"
+                         "_validation.json)")
+    args = ap.parse_args()
+    root = args.root
     if root.name not in WHAT:
         sys.exit(f"{root}: not an output of demo_quality.sh or demo_exchange.sh (runs/quality, runs/exchange)")
     evidence = Path(__file__).resolve().parent / "evidence"
-    keep(root, "valid", Path(sys.argv[2]) if len(sys.argv) > 2 else evidence / f"issue57_{root.name}_validation.json")
+    keep(root, "valid", args.out or evidence / f"issue57_{root.name}_validation.json")
     if (root / "test").exists():
         keep(root, "test", evidence / f"issue57_{root.name}_test.json")
 

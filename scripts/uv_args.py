@@ -6,6 +6,7 @@ would get other packages from uv. This prints those settings as uv's flags, one 
 `pip config list` with pip's precedence (PIP_* over the `install` section over `global`). It exits 1 when pip is
 configured with something it does not translate, and setup then installs with pip itself.
 """
+import argparse
 import ast
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def uv_args(config: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     try:
         if listing.returncode:

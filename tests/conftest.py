@@ -35,7 +35,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # The tests that run a script for what it does fork it from a warm interpreter, one per worker, that has imported
 # torch and transformers once (tests/warm.py; docs/testing.md, "How it runs"): imported here, after the variables
 # above are set, so that the zygote starts with the suite's environment.
-import warm  # noqa: E402,F401
+import warm  # noqa: E402
 
 
 # `make test` runs two pytest-xdist workers, each module on one of them (`--dist loadfile
@@ -59,6 +59,12 @@ LONGEST_FIRST = ("test_demo.py",              # 237: make demo, demo-findings, d
                  "test_rollout.py",           # 36: an episode timed out at 20 s
                  "test_policy.py",            # 30
                  "test_gpu_path.py")          # 29 (two updates, three BC steps then; one and one since)
+
+
+def pytest_collection_finish(session):
+    """The warm interpreter's environment (tests/warm.py): the suite's once the test modules are imported (policy.py
+    sets HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE then), which the scripts the tests start inherit."""
+    warm.ENVIRON = dict(os.environ)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import training   # (imports policy, which sets HF_HUB_OFFLINE as every test module's worker has it)
 import warm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,16 +152,33 @@ def test_a_spawned_multiprocessing_child_of_a_run_works(tmp_path):
 
 
 def test_an_import_time_variable_that_differs_runs_fresh(tmp_path):
-    script = _script(tmp_path, "env.py", "import os; print(os.environ.get('OMP_NUM_THREADS'), "
-                                         "os.environ.get('TORCH_EXTENSIONS_DIR'))")
-    for name, value, warmed in (("OMP_NUM_THREADS", "1", False), ("HF_HUB_OFFLINE", "1", False),
+    script = _script(tmp_path, "env.py", "import os; from torch.utils import cpp_extension; "
+                                         "print(os.environ.get('OMP_NUM_THREADS'), "
+                                         "cpp_extension._get_build_directory('probe', False))")
+    for name, value, warmed in (("OMP_NUM_THREADS", "1", False), ("HF_HOME", str(tmp_path), False),
                                 ("TORCH_EXTENSIONS_DIR", str(tmp_path), True), ("WARM_ANYTHING", "1", True)):
         proc = warm.run([sys.executable, str(script)], env=dict(os.environ, **{name: value}), capture_output=True,
                         text=True, timeout=60)
         assert proc.returncode == 0 and proc.warm is warmed, name
     assert proc.stdout.split()[0] == str(os.environ.get("OMP_NUM_THREADS"))
+    # DeepSpeed's and torch's op builds find their cache where the run's TORCH_EXTENSIONS_DIR says, read when used
+    proc = warm.run([sys.executable, str(script)], env=dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext")),
+                    capture_output=True, text=True, timeout=60)
+    assert proc.warm and proc.stdout.split()[1] == str(tmp_path / "ext" / "probe")
     assert not warm.run([sys.executable, "-u", str(script)], capture_output=True).warm     # a flag: fresh too
     assert not warm.run(["bash", "-c", "true"]).warm
+
+
+def test_the_suites_script_runs_go_warm(tmp_path):
+    """run_script's runs inherit what this worker's imports set in its environment (policy.py: HF_HUB_OFFLINE,
+    TRANSFORMERS_OFFLINE; DeepSpeed: PYTORCH_NVML_BASED_CUDA_CHECK): the zygote, started with the suite's
+    environment after collection and knowing what its own imports set, forks them rather than refusing them (which
+    would leave the whole suite on fresh processes, silently)."""
+    import deepspeed  # noqa: F401
+    script = _script(tmp_path, "work.py", "import torch; print(float(torch.ones(1000, 1000).sum()))")
+    before = warm.CPU[0]
+    assert training.run_script(str(script)).startswith("1000000.0")
+    assert warm.CPU[0] > before
 
 
 def test_a_timeout_kills_the_run(tmp_path):

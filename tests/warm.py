@@ -36,7 +36,7 @@ import tempfile
 # devices, locale, paths): a run whose environment differs from the zygote's in one of them runs fresh.
 IMPORT_TIME = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|BLIS|NUMEXPR|HF|HUGGINGFACE|TRANSFORMERS|TOKENIZERS|PYTORCH|"
                          r"CUDA|NVIDIA|DS|DEEPSPEED|ACCELERATE|TRITON|XDG|LC|LD|MALLOC|USE)_.*|TORCH.*|PYTHON.*|"
-                         r"LANG|LANGUAGE|HOME|TMPDIR|TEMP|TMP")
+                         r"LANG|LANGUAGE|HOME|PATH|TMPDIR|TEMP|TMP")
 RUNTIME = {"TORCH_EXTENSIONS_DIR",   # read when an op is built (torch.utils.cpp_extension)
            "PYTHONUNBUFFERED"}       # applied by the run to its own stdio
 PRELOAD = ("numpy", "torch", "transformers", "safetensors.torch", "deepspeed")
@@ -46,8 +46,9 @@ UNINHERITED = {signal.SIGPIPE, signal.SIGXFSZ}   # ignored by every Python, rese
 CPU = [0.0]   # CPU seconds (user + system) of the runs this process started and saw end (RUSAGE_CHILDREN's part)
 
 
-# The environment the zygote starts with: this process's when it imported this module (tests/conftest.py imports it
-# once it has set the suite's variables), not one a test has changed since.
+# The environment the zygote starts with: this process's when it imported this module, or when tests/conftest.py
+# sets it again once every test module is imported (policy.py sets HF_HUB_OFFLINE on import), not one a test has
+# changed since.
 ENVIRON = dict(os.environ)
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_python")
 
@@ -73,7 +74,10 @@ class Run:
             return
         if not select.select([self.conn], [], [], timeout)[0]:
             return
-        msg = self.conn.recv(64)
+        try:
+            msg = self.conn.recv(64)
+        except OSError:
+            msg = b""
         if not msg.startswith(b"exit "):                # the monitor gone without a word: report it as killed
             self.returncode = -signal.SIGKILL
         else:
@@ -108,7 +112,7 @@ class _Zygote:
     proc: subprocess.Popen | None = None
     socket: str | None = None
     log: str | None = None
-    failed = False
+    failed = stopping = False
 
 
 def socket_path() -> str | None:
@@ -132,7 +136,9 @@ def socket_path() -> str | None:
         print(f"tests/warm.py: the zygote did not start; running fresh processes:\n{open(z.log).read()[-2000:]}",
               file=sys.stderr)
         return None
-    atexit.register(_stop_zygote)
+    if not z.stopping:
+        z.stopping = True
+        atexit.register(_stop_zygote)
     return z.socket
 
 
@@ -146,12 +152,16 @@ def python_environ() -> dict[str, str]:
 
 
 def _stop_zygote() -> None:
+    import shutil
     if _Zygote.proc is not None and _Zygote.proc.poll() is None:
         _Zygote.proc.stdin.close()                       # its end of the pipe: it exits
         try:
             _Zygote.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             _Zygote.proc.kill()
+            _Zygote.proc.wait()
+    if _Zygote.socket is not None:
+        shutil.rmtree(os.path.dirname(_Zygote.socket), ignore_errors=True)
 
 
 def _python_argv(cmd, interpreter: str) -> list[str] | None:
@@ -315,6 +325,9 @@ def serve(path: str):
         except ImportError:
             pass
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM, Qwen2ForCausalLM  # noqa: F401
+    # what the imports set themselves (DeepSpeed: PYTORCH_NVML_BASED_CUDA_CHECK=1, read when used): a request may
+    # carry it, as a process that imported them before starting the script does
+    own = {k: v for k, v in import_time(os.environ).items() if environ.get(k) != v}
     gc.collect()
     gc.freeze()     # the imports' objects: left out of every collection in the runs (and of copy-on-write by them)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -339,8 +352,9 @@ def serve(path: str):
             conn.close()
             continue
         differ = sorted(k for k in set(environ) | set(import_time(request["env"]))
-                        if environ.get(k) != request["env"].get(k))
+                        if request["env"].get(k) not in (environ.get(k), own.get(k, environ.get(k))))
         if differ or len(fds) != 3:
+            print(f"refused {request['argv'][:2]}: {differ} differ", file=sys.stderr, flush=True)
             conn.send(b"refused " + json.dumps(differ).encode())
         elif os.fork() == 0:
             listener.close()

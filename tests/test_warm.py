@@ -181,6 +181,32 @@ def test_the_suites_script_runs_go_warm(tmp_path):
     assert warm.CPU[0] > before
 
 
+_CHANGED = textwrap.dedent("""
+    import os, sys
+    os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+    sys.path.insert(0, sys.argv[1])
+    import warm
+    script = [sys.executable, "-c", "import os; print(os.environ.get('TORCHINDUCTOR_COMPILE_THREADS'))"]
+    first = warm.run(script, capture_output=True, text=True)
+    zygote = warm._Zygote.proc.pid
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"          # as `import vllm` does in a worker
+    second = warm.run(script, capture_output=True, text=True)
+    renewed = warm._Zygote.proc.pid
+    one_off = warm.run(script, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
+    print(first.warm, first.stdout.strip(), second.warm, second.stdout.strip(), renewed != zygote, one_off.warm,
+          one_off.stdout.strip(), warm._Zygote.proc.pid == renewed)
+""")
+
+
+def test_a_worker_whose_environment_changed_gets_a_new_zygote():
+    """An import in the worker that sets an import-time variable (vLLM's) changes what every process it starts
+    inherits: the next run starts a new zygote with it rather than leaving the rest of the suite to fresh
+    processes; a one-off environment runs fresh and keeps the zygote. (A zygote importing nothing, for speed.)"""
+    proc = subprocess.run([sys.executable, "-c", _CHANGED, str(Path(__file__).parent)], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, WEBAGENT_WARM_PRELOAD=""))
+    assert proc.stdout.split() == ["True", "None", "True", "1", "True", "False", "1", "True"], proc.stderr
+
+
 def test_a_timeout_kills_the_run(tmp_path):
     script = _script(tmp_path, "sleep.py", "import os, time; print(os.getpid(), flush=True); time.sleep(600)")
     with pytest.raises(subprocess.TimeoutExpired) as err:

@@ -39,7 +39,7 @@ IMPORT_TIME = re.compile(r"(OMP|GOMP|KMP|MKL|OPENBLAS|BLIS|NUMEXPR|HF|HUGGINGFAC
                          r"LANG|LANGUAGE|HOME|PATH|TMPDIR|TEMP|TMP")
 RUNTIME = {"TORCH_EXTENSIONS_DIR",   # read when an op is built (torch.utils.cpp_extension)
            "PYTHONUNBUFFERED"}       # applied by the run to its own stdio
-PRELOAD = ("numpy", "torch", "transformers", "safetensors.torch", "deepspeed")
+PRELOAD = ("numpy", "torch", "transformers", "safetensors.torch", "deepspeed")   # WEBAGENT_WARM_PRELOAD="a,b": others
 UNINHERITED = {signal.SIGPIPE, signal.SIGXFSZ}   # ignored by every Python, reset by subprocess for its children
 
 
@@ -213,13 +213,18 @@ def start(cmd, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, sock
         fds.append(f)
     request = {"argv": argv, "cwd": os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd()),
                "env": dict(os.environ if env is None else env), "ignored": _ignored_signals()}
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        conn.connect(path)
-        socket.send_fds(conn, [json.dumps(request).encode()], fds)
-        answer = conn.recv(1 << 16)
-    except OSError:
-        answer = b""
+        conn, answer = _ask(path, request, fds)
+        if (answer.startswith(b"refused ") and socket_file is None
+                and import_time(request["env"]) == import_time(os.environ)):
+            # this process's own environment changed since its zygote started (an import set a variable: vLLM's
+            # sets TORCHINDUCTOR_COMPILE_THREADS), and what it starts inherits it: a zygote with it
+            global ENVIRON
+            _stop_zygote()
+            ENVIRON = dict(os.environ)
+            path = socket_path()
+            if path is not None:
+                conn, answer = _ask(path, request, fds)
     finally:
         for f in opened:
             os.close(f)
@@ -227,6 +232,16 @@ def start(cmd, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, sock
         conn.close()
         return None
     return Run(conn, int(answer.split()[1]))
+
+
+def _ask(path: str, request: dict, fds: list[int]) -> tuple[socket.socket, bytes]:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(path)
+        socket.send_fds(conn, [json.dumps(request).encode()], fds)
+        return conn, conn.recv(1 << 16)
+    except OSError:
+        return conn, b""
 
 
 def popen(cmd, *, cwd=None, env=None, stdout=None, stderr=None) -> Run | subprocess.Popen:
@@ -319,12 +334,14 @@ def serve(path: str):
     ready = os.dup(1)
     os.dup2(2, 1)                                    # what the imports print goes to the zygote's log
     base_path, environ = list(sys.path), import_time(os.environ)
-    for name in PRELOAD:
+    preload = os.environ.get("WEBAGENT_WARM_PRELOAD", ",".join(PRELOAD)).split(",")
+    for name in filter(None, preload):
         try:
             importlib.import_module(name)
         except ImportError:
             pass
-    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM, Qwen2ForCausalLM  # noqa: F401
+    if "transformers" in preload:
+        from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM, Qwen2ForCausalLM  # noqa: F401
     # what the imports set themselves (DeepSpeed: PYTORCH_NVML_BASED_CUDA_CHECK=1, read when used): a request may
     # carry it, as a process that imported them before starting the script does
     own = {k: v for k, v in import_time(os.environ).items() if environ.get(k) != v}

@@ -17,6 +17,7 @@ import training   # (imports policy, which sets HF_HUB_OFFLINE as every test mod
 import warm
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(not warm.enabled(), reason="WEBAGENT_WARM=0: every script run starts fresh")
 
 _REPORT = textwrap.dedent(r"""
     import atexit, json, os, random, signal, sys, threading, time

@@ -6,6 +6,7 @@ advantage lands, and the limit the plan's rule names. Markdown on stdout.
     .venv/bin/python experiments/greedy_diagnosis.py runs/diag/valid 8
 """
 import argparse
+import gzip
 import json
 import math
 from pathlib import Path
@@ -13,11 +14,26 @@ from pathlib import Path
 CLASSES = ("solved", "reachable", "unreached")
 
 
-def outcomes(run_dir: Path) -> tuple[dict, dict]:
+def load(source: Path) -> dict[str, list[dict]]:
+    """run -> its episodes ({"task", "seed", "sample", "decoding", "success"}), from a folder of evaluations
+    (runs/diag/valid: each run's trajectories.jsonl) or from the kept evidence (ledger.py --keep's .jsonl.gz)."""
+    runs: dict[str, list[dict]] = {}
+    if source.is_dir():
+        for d in sorted(source.iterdir()):
+            if (d / "trajectories.jsonl").exists():
+                runs[d.name] = [json.loads(x) for x in (d / "trajectories.jsonl").read_text().splitlines()]
+    else:
+        with gzip.open(source, "rt") as f:
+            for line in f:
+                r = json.loads(line)
+                runs.setdefault(r["run"], []).append(r)
+    return runs
+
+
+def outcomes(episodes: list[dict]) -> tuple[dict, dict]:
     """(page -> greedy success, page -> [success of each T = 1 sample]) of one evaluation; a page is (task, seed)."""
     greedy, samples = {}, {}
-    for line in (run_dir / "trajectories.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in episodes:
         page = (r["task"], r["seed"])
         if r["decoding"] == "greedy":
             greedy[page] = bool(r["success"])
@@ -41,15 +57,18 @@ def pct(a: float, n: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("valid", type=Path, help="the evaluations' folder (runs/diag/valid)")
+    ap.add_argument("valid", type=Path, help="the evaluations' folder (runs/diag/valid), or the kept evidence "
+                    "(experiments/evidence/issue99_diagnosis_outcomes.jsonl.gz)")
     ap.add_argument("k", type=int, help="samples per page at T = 1 (8)")
     a = ap.parse_args()
-    bc_g, bc_t = outcomes(a.valid / "bc")
-    rl_g, rl_t = outcomes(a.valid / "rl-s0")
-    half_g, _ = outcomes(a.valid / "rl-s0-half")
-    s1_g, _ = outcomes(a.valid / "bc-s1")
+    runs = load(a.valid)
+    bc_g, bc_t = outcomes(runs["bc"])
+    rl_g, rl_t = outcomes(runs["rl-s0"])
+    half_g, _ = outcomes(runs["rl-s0-half"])
+    s1_g = outcomes(runs["bc-s1"])[0] if "bc-s1" in runs else None    # the floor (missing: not measured yet)
     pages = sorted(bc_g)
-    assert all(len(bc_t[p]) == a.k == len(rl_t[p]) for p in pages) and set(pages) == set(rl_g) == set(s1_g)
+    assert all(len(bc_t[p]) == a.k == len(rl_t[p]) for p in pages) and set(pages) == set(rl_g) == set(half_g)
+    floor_of = s1_g or {}
     cls = {p: "solved" if bc_g[p] else "reachable" if any(bc_t[p]) else "unreached" for p in pages}
     of = {c: [p for p in pages if cls[p] == c] for c in CLASSES}
     n = len(pages)
@@ -67,16 +86,17 @@ def main() -> None:
         wins = sum(not bc_g[p] and rl_g[p] for p in ps)
         losses = sum(bc_g[p] and not rl_g[p] for p in ps)
         half = (sum(not bc_g[p] and half_g[p] for p in ps), sum(bc_g[p] and not half_g[p] for p in ps))
-        floor = (sum(not bc_g[p] and s1_g[p] for p in ps), sum(bc_g[p] and not s1_g[p] for p in ps))
+        floor = (sum(not bc_g[p] and floor_of[p] for p in ps), sum(bc_g[p] and not floor_of[p] for p in ps)) \
+            if s1_g else None
         bc_mean = sum(sum(bc_t[p]) / a.k for p in ps)
         rl_mean = sum(sum(rl_t[p]) / a.k for p in ps)
         share = sum(adv[p] for p in ps) / total_adv
         stats[c] = dict(m=m, wins=wins, losses=losses, floor=floor)
         out.append(f"| {c} | {m} ({pct(m, n)}%) | {pct(bc_mean, m)} | {pct(rl_mean, m)} | {wins} | {losses} | "
-                   f"{half[0]} / {half[1]} | {floor[0]} / {floor[1]} | {100 * share:.1f}% |")
-    g_bc, g_rl, g_s1 = (sum(d[p] for p in pages) for d in (bc_g, rl_g, s1_g))
+                   f"{half[0]} / {half[1]} | {f'{floor[0]} / {floor[1]}' if floor else '-'} | {100 * share:.1f}% |")
+    g_bc, g_rl = (sum(d[p] for p in pages) for d in (bc_g, rl_g))
     out += ["", f"Greedy success: BC {pct(g_bc, n)}, RL {pct(g_rl, n)} (half-way {pct(sum(half_g.values()), n)}), "
-            f"BC seed 1 {pct(g_s1, n)}; T = 1: BC {pct(sum(sum(v) / a.k for v in bc_t.values()), n)}, "
+            f"BC seed 1 {pct(sum(s1_g.values()), n) if s1_g else '-'}; T = 1: BC {pct(sum(sum(v) / a.k for v in bc_t.values()), n)}, "
             f"RL {pct(sum(sum(v) / a.k for v in rl_t.values()), n)}; pass@{a.k}: BC "
             f"{pct(sum(any(v) for v in bc_t.values()), n)}, RL {pct(sum(any(v) for v in rl_t.values()), n)}."]
     # the plan's rule
@@ -84,12 +104,13 @@ def main() -> None:
     verdicts = []
     if failures and stats["unreached"]["m"] >= failures / 2:
         verdicts.append(f"exploration (unreached {stats['unreached']['m']} of BC's {failures} greedy failures)")
-    r = stats["reachable"]
-    if failures and r["m"] >= failures / 2 and r["wins"] - r["floor"][0] < r["m"] / 3:
+    r, s = stats["reachable"], stats["solved"]
+    if s1_g is None:
+        verdicts.append("signal and forgetting not judged: the floor (bc-s1) is not measured")
+    elif failures and r["m"] >= failures / 2 and r["wins"] - r["floor"][0] < r["m"] / 3:
         verdicts.append(f"signal (reachable {r['m']} of {failures} failures; RL wins {r['wins']} of them against "
                         f"the floor's {r['floor'][0]})")
-    s = stats["solved"]
-    if s["m"]:
+    if s1_g is not None and s["m"]:
         p_rl, p_floor = s["losses"] / s["m"], s["floor"][1] / s["m"]
         se = math.sqrt((p_rl * (1 - p_rl) + p_floor * (1 - p_floor)) / s["m"])
         if p_rl - p_floor > 2 * se:

@@ -54,5 +54,8 @@ diag_eval rl-s0-half "$OUT/rl-s0/step_$((STEPS / 2))/hf"
 [ -s "$OUT/bc-s1/hf/config.json" ] || { stage "BC by make demo's recipe, seed 1"
   demo_bc "$OUT/demos.jsonl" "$OUT/bc-s1" --no-only-successes --seed 1; }
 diag_eval bc-s1 "$OUT/bc-s1/hf"
-$PY experiments/greedy_diagnosis.py "$OUT/valid" "$K" | tee "$OUT/diagnosis.md"
+EVIDENCE=experiments/evidence/issue99_diagnosis_outcomes.jsonl.gz     # every episode kept, the table read from it
+$PY experiments/ledger.py --keep "$EVIDENCE" "$OUT"/valid/*/ --set diag
+cp "$OUT/rl-s0/metrics.jsonl" experiments/evidence/issue99_diag_rl-s0_metrics.jsonl
+$PY experiments/greedy_diagnosis.py "$EVIDENCE" "$K" | tee "$OUT/diagnosis.md"
 stage "done: $OUT/diagnosis.md"

@@ -216,7 +216,7 @@ def test_each_rank_engine_sees_its_own_gpu(monkeypatch):
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
-@pytest.mark.parametrize("module", ["policy.py", "hf_backend.py"])
+@pytest.mark.parametrize("module", ["policy.py", "engines/__init__.py", "engines/hf_backend.py"])
 def test_policy_is_a_leaf_and_imports_no_gpu_stack(module):
     tree = ast.parse(open(os.path.join(ROOT, module)).read())
     top = set()

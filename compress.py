@@ -54,7 +54,7 @@ PLACEHOLDER = "** Simplified html **"
 ERROR_PREFIX = "Error from the previous action: "
 #: Appended to a cut observation (``fit_prompt``), so the model knows the page goes on.
 TRUNCATION_MARK = "\n... [observation truncated] ..."
-#: The paper's max context (Sec. 3.1; its max new tokens: ``engines.SAMPLING``).
+#: The paper's max context (App. B; its max new tokens: ``engines.SAMPLING``).
 MAX_CONTEXT = 16384
 #: ``fit_prompt`` stops searching once at most this many tokens of the budget are left unused.
 _FIT_SLACK = 32

@@ -44,7 +44,7 @@ class Generation:
 
 @dataclass(frozen=True)
 class Sampling:
-    """A request's sampling settings; the defaults are the paper's (Sec. 4: rollouts at temperature 1.0,
+    """A request's sampling settings; the defaults are the paper's (App. B: rollouts at temperature 1.0,
     top-p 1.0, at most 1,024 new tokens a turn)."""
     max_new_tokens: int = 1024
     temperature: float = 1.0      # 0: greedy

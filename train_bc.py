@@ -252,7 +252,7 @@ def main(args: Args) -> Path:
     cfg = optim.ds_config(args.ds_config, micro_batch=args.micro_batch, grad_accum=grad_accum,
                           world_size=world, bf16=dtype == torch.bfloat16, grad_clip=args.grad_clip)
     engine = optim.make_engine(model, cfg, lr=args.lr, weight_decay=args.weight_decay,
-                                  schedule=optim.cosine_with_warmup(total_steps, args.warmup_frac))
+                               schedule=optim.cosine_with_warmup(total_steps, args.warmup_frac))
     step, cursor = 0, 0   # optimizer steps done; micro-batches consumed (this rank)
     if args.resume and (ckpt := checkpoints.latest_checkpoint(out)):
         state = checkpoints.load_checkpoint(engine, ckpt, rank)
@@ -286,8 +286,8 @@ def main(args: Args) -> Path:
     if rank == 0:
         metrics.close()
         runlog.plot_metrics(out / "metrics.jsonl", [("train/loss", "loss (Eq. 1)"),
-                              ("train/action_token_acc", "action-token accuracy"), ("train/lr", "learning rate")],
-                              out / "loss.png", title=f"BC: {args.model}")
+                            ("train/action_token_acc", "action-token accuracy"), ("train/lr", "learning rate")],
+                            out / "loss.png", title=f"BC: {args.model}")
         log.info("saved %s%s", final, " (interrupted)" if stop["flag"] else "")
     torch.distributed.barrier()
     return final

@@ -29,12 +29,13 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
-    parser().parse_args()   # before the imports of torch and the model stack: --help at once
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainlib import cli  # noqa: E402
+
+cli.answer_help(parser().parse_args, __name__)   # before the imports of torch and the model stack: --help at once
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bc_data  # noqa: E402
 import policy  # noqa: E402
 import logprobs  # noqa: E402

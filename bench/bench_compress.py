@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import compress  # noqa: E402
 from compress import Turn  # noqa: E402
+from trainlib import cli  # noqa: E402
 
 
 @dataclass
@@ -51,8 +52,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
-    parser().parse_args()   # before policy imports torch: --help at once
+cli.answer_help(parser().parse_args, __name__)   # before policy imports torch: --help at once
 
 import policy  # noqa: E402
 

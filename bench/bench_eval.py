@@ -33,14 +33,14 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
-    parser().parse_args()   # before the imports of torch and the model stack: --help at once
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainlib import cli  # noqa: E402
+
+cli.answer_help(parser().parse_args, __name__)   # before the imports of torch and the model stack: --help at once
+
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 import eval as ev  # noqa: E402
 from engines import hf_backend  # noqa: E402
-from trainlib import cli  # noqa: E402
 
 TASKS = DEMO_TASKS   # make demo's 8 tasks (scripts/demo_common.sh)
 

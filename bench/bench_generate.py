@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainlib import cli  # noqa: E402
 
 
 @dataclass
@@ -68,8 +69,7 @@ def parse_args() -> Args:
     return Args(**vars(p.parse_args()))
 
 
-if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
-    parse_args()   # before the imports of torch and the model stack: --help at once
+cli.answer_help(parse_args, __name__)   # before the imports of torch and the model stack: --help at once
 
 import torch  # noqa: E402
 

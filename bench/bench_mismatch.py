@@ -35,12 +35,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
-    parser().parse_args()   # before the imports of torch and the model stack: --help at once
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from trainlib import cli  # noqa: E402
+
+cli.answer_help(parser().parse_args, __name__)   # before the imports of torch and the model stack: --help at once
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from demo_tasks import DEMO_TASKS  # noqa: E402  (bench/, the script's own directory)
 
 import env as webenv  # noqa: E402

@@ -58,10 +58,10 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
-    parser().parse_args()   # before the imports of torch and the model stack: --help at once
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from trainlib import cli  # noqa: E402
+
+cli.answer_help(parser().parse_args, __name__)   # before the imports of torch and the model stack: --help at once
 
 import torch  # noqa: E402
 

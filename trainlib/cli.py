@@ -32,9 +32,10 @@ def args_dict(args) -> dict[str, Any]:
     return out
 
 
-def answer_help(cls, name: str) -> None:
-    """``--help`` (or ``-h``) answered from ``Args`` alone, before the script imports torch and the model stack: a
-    script calls it with its ``__name__`` right after its ``Args`` and before those imports, so the help prints in
-    well under a second. Nothing happens when the module is imported, or without the flag."""
+def answer_help(args, name: str) -> None:
+    """``--help`` (or ``-h``) answered before the script imports torch and the model stack: a script calls it with its
+    ``__name__`` right after its ``Args`` (or, for a script with its own argparse parser, the function that parses its
+    command line, ``parser().parse_args``) and before those imports, so the help prints in well under a second.
+    Nothing happens when the module is imported, or without the flag."""
     if name == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
-        parse_args(cls)   # tyro prints the help and exits
+        parse_args(args) if dataclasses.is_dataclass(args) else args()   # prints the help and exits

@@ -6,10 +6,13 @@ advantage lands, and the limit the plan's rule names. Markdown on stdout.
     .venv/bin/python experiments/greedy_diagnosis.py runs/diag/valid 8
 """
 import argparse
-import gzip
 import json
 import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from eval_stats import read_outcomes  # noqa: E402   (the evidence's reader: experiments/ledger.py --keep writes it)
 
 CLASSES = ("solved", "reachable", "unreached")
 
@@ -23,10 +26,8 @@ def load(source: Path) -> dict[str, list[dict]]:
             if (d / "trajectories.jsonl").exists():
                 runs[d.name] = [json.loads(x) for x in (d / "trajectories.jsonl").read_text().splitlines()]
     else:
-        with gzip.open(source, "rt") as f:
-            for line in f:
-                r = json.loads(line)
-                runs.setdefault(r["run"], []).append(r)
+        for r in read_outcomes(source)[1]:
+            runs.setdefault(r["run"], []).append(r)
     return runs
 
 

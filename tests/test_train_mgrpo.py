@@ -136,8 +136,12 @@ for how in ("plain", "rows", "packed"):
     m = copy.deepcopy(base)
     eng = optim.make_engine(m, cfg, lr=0.0, weight_decay=0.0, schedule=optim.linear_warmup(0))
     grads = {n: torch.zeros_like(p) for n, p in m.named_parameters()}
-    hooks = [p.register_hook(lambda gr, n=n: None if grads[n].add_(gr) is None else None)   # (None: gr unchanged)
-             for n, p in m.named_parameters()]
+
+    def summed(n):   # each micro-batch's gradient of parameter n added up (returns None: the gradient flows on)
+        def hook(gr):
+            grads[n].add_(gr)
+        return hook
+    hooks = [p.register_hook(summed(n)) for n, p in m.named_parameters()]
     args = train_mgrpo.Args(micro_batch=2, episode=EpisodeConfig(temperature=0.7))
     st = train_mgrpo.update(eng, ref, step_batch, tok.pad_token_id, args, how=how)
     [h.remove() for h in hooks]

@@ -179,6 +179,40 @@ def records_to_steps(records: list[dict], prompt: str, webrl_render: str = "verb
     return steps
 
 
+def tokenized(records: list[dict], names: list[str], tokenizer, prompt: str, *, webrl_render: str = "verbatim",
+              think_in_loss: bool = True, only_successes: bool = True, max_len: int = 16384,
+              flag: str = "--data", verbose: bool = True) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """One sample (input ids, loss mask) per step of every record (``records_to_steps``, ``render_step``), and how
+    many were dropped as longer than ``max_len`` tokens. A bad record, or no sample left, exits naming ``flag``.
+    Used by BC (train_bc.py) and by M-GRPO's demonstrations kept in the loss (``--demo-data``)."""
+    try:
+        steps = records_to_steps(records, prompt, webrl_render, names, only_successes)
+        webrl = [st for st in steps if st.render == "llama3_web"]
+        if webrl:   # before any rendering: the first such record is named
+            check_llama3_tokens(tokenizer, webrl[0].source)
+        rendered = [render_step(tokenizer, st, think_in_loss=think_in_loss) for st in steps]
+    except ValueError as e:   # (WebRLFormatError is one)
+        raise SystemExit(f"{flag}: {e}") from None
+    if webrl and verbose:
+        log.info("%d samples from WebRL-format records rendered as WebRL's LLaMA-Factory llama3_web template "
+                 "(not the model's chat template)", len(webrl))
+    samples = [(ids, mask) for ids, mask in rendered if len(ids) <= max_len]
+    if not samples:
+        raise SystemExit(f"{flag}: no training samples (dropped {len(rendered)} longer than {max_len})")
+    return samples, len(rendered) - len(samples)
+
+
+def draw(samples: list, index: int, size: int, world: int, rank: int, seed: int) -> list:
+    """Micro-batch number ``index`` of this rank: ``size`` samples of a fresh permutation per epoch (seeded by
+    ``seed`` and the epoch), sharded by rank: a function of its arguments, so a resumed run draws the same."""
+    per_epoch = len(samples) // (size * world) or 1
+    epoch, k = divmod(index, per_epoch)
+    order = list(range(len(samples)))
+    random.Random(seed * 100003 + epoch).shuffle(order)
+    start = (k * world + rank) * size
+    return [samples[order[(start + i) % len(order)]] for i in range(size)]
+
+
 # ---- WebRL's BC data: chat-template turns written inline into one human turn ----
 #
 # THUDM/WebRL scripts/process_data.py (format_prompt) and VisualAgentBench's WebRLPromptConstructor

@@ -222,6 +222,17 @@ def forward_logprobs(model, samples: typing.Sequence[Any], pad_id: int, device,
     return logp, ent, mask
 
 
+def demonstration_nll(model, piece: typing.Sequence[tuple[list[int], list[int]]], pad_id: int,
+                      device) -> tuple[torch.Tensor, ...]:
+    """Eq. 1 on demonstration steps ``piece`` ((input ids, loss mask) pairs, one padded batch): the summed negative
+    log-likelihood of their action tokens [], and the top-1 hits and the mask of those tokens [b, L-1] (shifted:
+    position t predicts token t + 1). BC's step (train_bc.py) and M-GRPO's ``--demo-data`` term divide the sum."""
+    ids, attn, loss_mask = (t.to(device) for t in pad_batch(*zip(*piece), pad_id=pad_id))
+    logp, _, top1 = action_logprobs(model, ids, attn, loss_mask)            # [b, L] each
+    m = loss_mask[:, 1:]                                                    # [b, L-1]
+    return -(logp[:, 1:] * m).sum(), top1[:, 1:] * m, m
+
+
 def action_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
                     temperature: float = 1.0, chunk_tokens: int = 512) -> tuple[torch.Tensor, ...]:
     """``token_logprobs`` where the loss needs it: log-probs, entropies and top-1 hits (1.0 where the token is

@@ -152,34 +152,9 @@ def read_demonstrations(args: Args) -> tuple[list[dict], list[str], dict[str, in
 
 def tokenize(records: list[dict], names: list[str], tokenizer, args: Args, rank: int) -> tuple[list[Sample], int]:
     """One sample per step of every demonstration, and how many were dropped as longer than ``--max-len``."""
-    try:
-        steps = bc_data.records_to_steps(records, args.prompt, args.webrl_render, names, args.only_successes)
-    except ValueError as e:
-        raise SystemExit(f"--data: {e}") from None
-    webrl = [st for st in steps if st.render == "llama3_web"]
-    try:
-        if webrl:   # before any rendering: the first such record is named
-            bc_data.check_llama3_tokens(tokenizer, webrl[0].source)
-        rendered = [bc_data.render_step(tokenizer, st, think_in_loss=args.think_in_loss) for st in steps]
-    except bc_data.WebRLFormatError as e:
-        raise SystemExit(f"--data: {e}") from None
-    if webrl and rank == 0:
-        log.info("%d samples from WebRL-format records rendered as WebRL's LLaMA-Factory llama3_web template "
-                 "(not the model's chat template)", len(webrl))
-    samples = [(ids, mask) for ids, mask in rendered if len(ids) <= args.max_len]
-    if not samples:
-        raise SystemExit(f"no training samples in {args.data} (dropped {len(rendered)} longer than {args.max_len})")
-    return samples, len(rendered) - len(samples)
-
-
-def micro_batch(samples: list[Sample], index: int, size: int, world: int, rank: int, seed: int) -> list[Sample]:
-    """Micro-batch number ``index`` of this rank: a fresh permutation per epoch, sharded by rank."""
-    per_epoch = len(samples) // (size * world) or 1
-    epoch, k = divmod(index, per_epoch)
-    order = list(range(len(samples)))
-    random.Random(seed * 100003 + epoch).shuffle(order)
-    start = (k * world + rank) * size
-    return [samples[order[(start + i) % len(order)]] for i in range(size)]
+    return bc_data.tokenized(records, names, tokenizer, args.prompt, webrl_render=args.webrl_render,
+                             think_in_loss=args.think_in_loss, only_successes=args.only_successes,
+                             max_len=args.max_len, verbose=rank == 0)
 
 
 # ---- training ----
@@ -204,15 +179,12 @@ def bc_step(engine, batches: list[list[Sample]], pad_id: int, forward_batch: int
         tokens = max(sum(sum(mask[1:]) for _, mask in batch), 1)     # the micro-batch's action tokens (shifted)
         parts = pieces(batch, forward_batch)
         for j, piece in enumerate(parts):
-            ids, attn, loss_mask = logprobs.pad_batch(*zip(*piece), pad_id=pad_id)
-            ids, attn, loss_mask = ids.to(engine.device), attn.to(engine.device), loss_mask.to(engine.device)
-            logp, _, top1 = logprobs.action_logprobs(engine, ids, attn, loss_mask)            # [b, L] each
-            m = loss_mask[:, 1:]                                                              # [b, L-1]
-            loss = -(logp[:, 1:] * m).sum() / tokens
+            nll, hits, m = logprobs.demonstration_nll(engine, piece, pad_id, engine.device)
+            loss = nll / tokens
             last = k == len(batches) - 1 and j == len(parts) - 1
             gn = optim.accumulate(engine, loss / len(batches), boundary=last)   # the mean over micro-batches
             with torch.no_grad():
-                acc_sum += float((top1[:, 1:] * m).sum())
+                acc_sum += float(hits.sum())
                 tok_sum += float(m.sum())
                 loss_sum += float(loss)
     return {"train/loss": loss_sum / len(batches), "train/action_token_acc": acc_sum / max(tok_sum, 1),
@@ -269,7 +241,7 @@ def main(args: Args) -> Path:
     engine.train()
     t0 = time.time()
     while step < total_steps and not stop["flag"]:
-        batches = [micro_batch(samples, cursor + i, args.micro_batch, world, rank, args.seed)
+        batches = [bc_data.draw(samples, cursor + i, args.micro_batch, world, rank, args.seed)
                    for i in range(grad_accum)]
         cursor += grad_accum
         stats = bc_step(engine, batches, tokenizer.pad_token_id, args.forward_batch)

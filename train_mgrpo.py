@@ -28,6 +28,7 @@ import enum
 import json
 import logging
 import math
+import random
 import signal
 import threading
 import time
@@ -64,6 +65,23 @@ class Credit:
     """GiGPO's discount of the returns (its published value)"""
 
 
+@dataclass(frozen=True)
+class Levers:
+    """Issue 99's levers for the pages the clone fails (levers.py; not the paper's, off by default)."""
+    demo_data: str = ""
+    """demonstrations kept in the loss (CHORD: mu_t x Eq. 1 on their steps, added to Eq. 2), as BC's --data; "": off"""
+    demo_loss_weight: float = 0.0
+    """mu at the first step (CHORD's mu)"""
+    demo_loss_decay: int = 0
+    """steps over which mu decays linearly to 0 (mu_t = mu max(0, 1 - t / N)); 0 keeps mu constant"""
+    demo_batch: int = 16
+    """demonstration steps per optimizer step, all ranks together (make demo's BC batch)"""
+    demo_only_successes: bool = True
+    """as train_bc.py's --only-successes: --no-demo-only-successes keeps a log's failed demonstrations"""
+    rl_tasks: Literal["turns", "failures"] = "turns"
+    """groups' tasks: turns (task k mod n: the paper's) or failures (drawn by weight 1.1 - the task's success so far)"""
+
+
 @dataclass
 class Args:
     """M-GRPO training (Eq. 2) with asynchronous browser rollouts under DeepSpeed."""
@@ -95,6 +113,7 @@ class Args:
     """pages per task: 0 = a fresh page of env.RL_SEEDS per group; N = its first N (1: the loop's fit-one-page check)"""
     credit: Credit = field(default_factory=Credit)
     """how outcomes become advantages (flags --advantage, --zero-std, --invalid-penalty)"""
+    levers: Levers = field(default_factory=Levers)
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     rollout_engine: engines.RolloutEngine = field(default_factory=engines.RolloutEngine)
@@ -143,6 +162,7 @@ cli.answer_help(Args, __name__)   # before the imports of torch and the model st
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
+import levers  # noqa: E402
 import logprobs  # noqa: E402
 import mismatch  # noqa: E402
 import policy  # noqa: E402
@@ -151,34 +171,43 @@ from trainlib import checkpoints, distributed, lora, optim, runlog  # noqa: E402
 
 # ---- the rollouts of a step ----
 
-def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: int = 0) -> list[webenv.Task]:
+def step_tasks(tasks: list[webenv.Task], cursor: int, n: int, seed: int, pages: int = 0,
+               weights: list[float] | None = None) -> list[webenv.Task]:
     """Groups cursor .. cursor+n-1 of the run, tasks in turn (the paper's order): group k takes task k mod
     len(tasks) with its own page of env.RL_SEEDS, which demonstrations, validation and test pages never use (RL
-    replays no page BC memorised or a test measures). ``pages`` > 0: only the first ``pages`` of env.RL_SEEDS."""
+    replays no page BC memorised or a test measures). ``pages`` > 0: only the first ``pages`` of env.RL_SEEDS.
+    ``weights`` (--rl-tasks failures): group k's task drawn with these weights, seeded by (seed, k)."""
     rl = webenv.RL_SEEDS[:pages] if pages else webenv.RL_SEEDS
     turn = len(tasks) if pages else 1      # with ``pages``, a task's groups go through its pages in turn
-    return [dataclasses.replace(tasks[k % len(tasks)], seed=rl[(seed * 7919 + k // turn) % len(rl)])
+    pick = (lambda k: k % len(tasks)) if weights is None else \
+        (lambda k: random.Random(seed * 1_000_003 + k).choices(range(len(tasks)), weights)[0])   # noqa: E731
+    return [dataclasses.replace(tasks[pick(k)], seed=rl[(seed * 7919 + k // turn) % len(rl)])
             for k in range(cursor, cursor + n)]
 
 
 @dataclass
 class GroupRoller:
-    """This rank's groups of the run; ``cursor``: groups consumed by all ranks (checkpointed)."""
+    """This rank's groups of the run; checkpointed: ``cursor``, groups consumed by all ranks, and ``success``."""
     runner: Runner
     backend: object   # (its prompts rendered with its own tokenizer)
     tasks: list[webenv.Task]
     args: Args
     rank: int
     cursor: int = 0
+    success: list[float | None] | None = None   # each task's so far (--rl-tasks failures: levers.task_success)
 
     async def next_round(self, n: int, first: int) -> list[Trajectory]:
         """This rank's n of the run's next B groups: their tasks (``step_tasks``), G trajectories each, group ids
         ``first``.. within the step, each request seeded by its group's number in the run (``group_noise``)."""
         start, self.cursor = self.cursor + self.rank * n, self.cursor + self.args.tasks_per_step
+        weights = levers.task_weights(self.success, len(self.tasks), self.args.levers)   # (None: in turn)
         jobs = [Job(task, group=first + g, noise=group_noise(self.args.seed, start + g), sample=i)
-                for g, task in enumerate(step_tasks(self.tasks, start, n, self.args.seed, self.args.rl_pages))
+                for g, task in enumerate(step_tasks(self.tasks, start, n, self.args.seed, self.args.rl_pages, weights))
                 for i in range(self.args.group_size)]
         return await rollouts(self.runner, self.backend, self.backend.tokenizer, jobs, self.args.episode)
+
+    def state(self) -> dict:   # (the checkpoint's)
+        return {"cursor": self.cursor, "task_success": self.success}
 
 
 async def sample_groups(next_round, groups_per_rank: int, max_rounds: int,
@@ -221,38 +250,6 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     r = rewards.view(-1, group_size)                                  # [B, G]
     adv = (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, unbiased=False, keepdim=True) + eps)
     return adv.view(-1)                                               # [B * G]
-
-
-def step_advantages(valid: list[Trajectory], gamma: float, eps: float = 1e-6) -> tuple[list[list[float]], int, int]:
-    """GiGPO's step-level advantages (Feng et al. 2025, Eq. 5-7) of one group's trajectories.
-    Every action a_ij gets its discounted return R_ij = gamma^(|tau_i| - 1 - j) r_i (the binary reward comes at
-    the last step). Actions taken from the same anchor state (the page's URL and the observation the policy was
-    shown, not the prompt, whose history differs) by any trajectory of the group, at any turn, form a step
-    group, and A^S_ij = (R_ij - mean) / (std + eps) within it (population std): a step group of one action, or
-    of equal returns, gives 0. An action with no step record (a hand-built trajectory) is a group of its own.
-    Returns (A^S per trajectory and action, step groups of >= 2 actions, those whose returns differ)."""
-    members: dict[object, list[tuple[int, int]]] = collections.defaultdict(list)
-    returns: list[list[float]] = []
-    for i, t in enumerate(valid):
-        n = len(t.samples)
-        returns.append([gamma ** (n - 1 - j) * t.reward for j in range(n)])
-        for j in range(n):
-            anchor = (t.steps[j].get("url", ""), t.steps[j].get("observation", "")) if j < len(t.steps) else (i, j)
-            members[anchor].append((i, j))
-    adv = [[0.0] * len(r) for r in returns]
-    shared = differ = 0
-    for where in members.values():
-        if len(where) < 2:
-            continue
-        shared += 1
-        r = torch.tensor([returns[i][j] for i, j in where], dtype=torch.float64)
-        if bool((r == r[0]).all()):
-            continue
-        differ += 1
-        a = (r - r.mean()) / (r.std(unbiased=False) + eps)
-        for (i, j), v in zip(where, a.tolist()):
-            adv[i][j] = v
-    return adv, shared, differ
 
 
 # ---- Eq. 2: each sample's weight, and the loss ----
@@ -332,7 +329,7 @@ def credit_advantages(valid: list[Trajectory], equal_rewards: bool,
     adv = [[a] * len(t.samples) for t, a in zip(valid, group_advantages(rewards, len(valid)).tolist())]
     if credit.advantage != "gigpo":
         return adv, equal_rewards, (0, 0)
-    step_adv, shared, differ = step_advantages(valid, credit.gamma)
+    step_adv, shared, differ = levers.step_advantages(valid, credit.gamma)
     adv = [[a + credit.omega * b for a, b in zip(ai, bi)] for ai, bi in zip(adv, step_adv)]
     return adv, not any(a for ai in adv for a in ai), (shared, differ)
 
@@ -393,13 +390,13 @@ class Tally:
 SCORING = {"plain": logprobs.plain_logprobs, "rows": logprobs.forward_logprobs, "packed": logprobs.packed_logprobs}
 
 
-def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str = "packed") -> dict[str, float]:
-    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2), each action scored at the rollouts'
-    temperature (pi(a | h) as sampled). ``how`` changes the speed only (bench/bench_update.py; the same loss and
-    gradient, tests/test_train_mgrpo.py): ``plain``, the textbook, a row per sample in rollout order scored from
-    the logits of every position (``logprobs.plain_logprobs``); ``packed``, the default, identical samples merged
-    and a context computed once for the actions taken from it, its action tokens scored alone
-    (``logprobs.packed_logprobs``); ``rows`` the same with a row per sample (``logprobs.forward_logprobs``)."""
+def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str = "packed",
+           demos=None) -> dict[str, float]:
+    """``updates_per_batch`` optimizer steps on this rank's samples (Eq. 2, plus ``demos``'s term: --demo-data), each
+    action scored at the rollouts' temperature. ``how`` changes the speed only (bench/bench_update.py; one loss and
+    gradient, tests/test_train_mgrpo.py): ``plain``, the textbook, a row per sample scored from the logits of every
+    position (``logprobs.plain_logprobs``); ``packed``, the default, identical samples merged, a context computed once
+    for its actions and their tokens scored alone (``packed_logprobs``); ``rows``, a row per sample so scored."""
     dev, temp = engine.device, args.episode.temperature
     mbs = logprobs.micro_batches(batch.samples, batch.adv, batch.weight, args.micro_batch, pad_id,
                                  merge=how != "plain", same_advantage=args.updates_per_batch > 1)
@@ -407,9 +404,9 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str
     with torch.no_grad():   # pi_ref (the KL term); pi_old before the first step when the batch is used more than once
         fixed = [(score(ref_model, mb)[0] if ref_model is not None else None,
                   score(engine, mb)[0] if args.updates_per_batch > 1 else None) for mb in mbs]
-    gauge = mismatch.Gauge(args.rollout_engine, exact=(temp, args.episode.top_p) == (1, 1))   # the engine's log-probs
-    tally = Tally()
+    gauge, tally = mismatch.Gauge(args.rollout_engine, exact=(temp, args.episode.top_p) == (1, 1)), Tally()
     for epoch in range(args.updates_per_batch):
+        extra = demos(engine) if demos else {}   # mu x Eq. 1 on demonstrations, in this optimizer step's gradient
         for k, (mb, (ref, old)) in enumerate(zip(mbs, fixed)):
             logp, ent, mask = score(engine, mb)                                       # [n, L] each
             old = old if old is not None else logp.detach()   # pi_old; one update per batch: pi_theta (ratio 1)
@@ -418,7 +415,7 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str
                                   clip_eps=args.clip_eps, beta=args.beta, is_weight=is_w)
             norm = optim.accumulate(engine, loss, boundary=k == len(mbs) - 1)
             tally.add(loss, st, ent, mask)
-    return tally.stats(args.updates_per_batch, kl=ref_model is not None) | gauge.stats() | {
+    return tally.stats(args.updates_per_batch, kl=ref_model is not None) | gauge.stats() | extra | {
         "train/grad_norm": optim.last_grad_norm(engine, norm), "train/lr": engine.get_lr()[0],
         "train/samples": float(len(batch.samples)), "train/samples_scored": float(sum(map(len, mbs)))}
 
@@ -439,9 +436,10 @@ class Stop(enum.IntEnum):
 
 
 async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[webenv.Task], metrics, *,
-                step: int, cursor: int, interrupted: threading.Event) -> tuple[int, int, Stop]:
+                step: int, state: dict, demos: list, interrupted: threading.Event) -> tuple[int, dict, Stop]:
     """RL steps from ``step`` to ``args.steps`` (or a Stop): rollouts -> advantages -> update -> weight sync ->
-    log -> save. Returns (steps done, groups consumed, why it stopped early)."""
+    log -> save. ``state``: the checkpoint's (``GroupRoller.state``); ``demos``: --demo-data's samples.
+    Returns (steps done, the state to save, why it stopped early)."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out, started, stopped = Path(args.out), time.time(), Stop.NO
     if step:   # resumed: the engine generates with the checkpoint's weights
@@ -451,7 +449,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     async with args.env.pool() as pool, \
             Runner(pool, args.tasks_per_step // world * args.group_size, timeout_s=args.episode.episode_timeout,
                    env_kwargs=args.episode.env_kwargs(*args.env.families())) as runner:
-        groups = GroupRoller(runner, backend, tasks, args, rank, cursor)
+        groups = GroupRoller(runner, backend, tasks, args, rank, state["cursor"], state.get("task_success"))
         try:
             if args.eval_every and step == 0:   # where the run starts from
                 engine.module.eval()
@@ -471,9 +469,11 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 engine.module.train()
                 if learn:   # (vLLM: the sync check's probe scored, the engine asleep: its GPU memory to the update)
                     await backend.before_update(engine.module, [s for t in trajs for s in t.samples])
-                train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args) if learn else {}
+                term = levers.demonstration_term(demos, step, args, tokenizer.pad_token_id)   # --demo-data, or None
+                train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args, demos=term) if learn else {}
                 times["train/seconds"] = time.time() - t1
                 step += 1
+                groups.success = levers.task_success(groups.success, trajs, tasks, args.levers)   # [collective]
 
                 # ---- weight sync (vLLM: pushed and checked [collectives]; HF: its float64 copy if it has one) ----
                 synced = await backend.after_update(engine.module) if learn else {}   # (figures over the ranks)
@@ -493,11 +493,11 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
 
                 # ---- save ----
                 if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
-                    checkpoints.save_checkpoint(engine, tokenizer, out, step, {"cursor": groups.cursor}, rank)
+                    checkpoints.save_checkpoint(engine, tokenizer, out, step, groups.state(), rank)
         finally:
             bar.close()
             await backend.aclose()
-    return step, groups.cursor, stopped
+    return step, groups.state(), stopped
 
 
 async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task], args: Args) -> dict[str, float]:
@@ -578,6 +578,7 @@ def main(args: Args) -> Path:
 
     # ---- models ----
     model, tokenizer = policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)
+    demos = levers.demonstrations(args.levers, ep.prompt, tokenizer, world, rank)   # --demo-data: BC's samples
     if args.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.lora_rank:   # the optimizer sees the adapters only
@@ -592,10 +593,10 @@ def main(args: Args) -> Path:
     ref = (policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)[0]
            if args.beta else None)
     ref_model = optim.make_reference(ref, cfg) if ref is not None else None
-    step, cursor = 0, 0   # RL steps done; groups consumed (all ranks)
+    step, state = 0, {"cursor": 0}   # RL steps done; groups consumed (all ranks), each task's success
     if args.resume and (ckpt := checkpoints.latest_checkpoint(out)):
         state = checkpoints.load_checkpoint(engine, ckpt, rank)
-        step, cursor = state["step"], state["cursor"]
+        step = state.pop("step")
         log.info("resumed from %s at step %d", ckpt, step)
     on_cpu_invariant = ep.batch_invariant and device.type == "cpu"
     if args.backend == "hf" and optim.zero_stage(cfg) == 3 and (world > 1 or on_cpu_invariant):
@@ -618,11 +619,11 @@ def main(args: Args) -> Path:
     metrics = runlog.Metrics(out, enabled=rank == 0, start_step=step)
     if rank == 0:
         runlog.rewind_jsonl(out / "trajectories.jsonl", step)
-    step, cursor, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics,
-                                              step=step, cursor=cursor, interrupted=interrupted))
+    step, state, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics, step=step,
+                                             state=state, demos=demos, interrupted=interrupted))
 
     # ---- save ----
-    ckpt = checkpoints.save_checkpoint(engine, tokenizer, out, step, {"cursor": cursor}, rank)
+    ckpt = checkpoints.save_checkpoint(engine, tokenizer, out, step, state, rank)
     final = checkpoints.publish_hf(ckpt, out, rank)
     if rank == 0:
         metrics.close()
@@ -639,8 +640,7 @@ def plot_dynamics(out: Path, model: str, step: int) -> None:
     panels = [("rollout/success_rate", "rollout success rate"),
               ("val/success_rate", "greedy success, validation", 1, "val/episodes"),
               ("train/kl", "KL to the start (reference)"), ("rollout/frac_signal", "groups with a signal"),
-              ("mismatch/kl_k3", "engine/trainer mismatch (token KL)"),
-              ("rollout/parse_fail_rate", "unparsable responses / turn"),
+              ("mismatch/kl_k3", "engine/trainer mismatch (token KL)"), ("rollout/parse_fail_rate", "unparsable / turn"),
               ("rollout/response_tokens", "response tokens / trajectory"), ("rollout/success/*", "success per task")]
     runlog.plot_metrics(out / "metrics.jsonl", panels, out / "dynamics.png",
                         title=f"M-GRPO training dynamics: {out} (from {model})", smooth=max(5, step // 10))

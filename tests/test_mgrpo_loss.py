@@ -269,6 +269,30 @@ def test_dynamic_sampling_rolls_until_a_round_worth_of_groups_has_signal():
     assert asyncio.run(sample_groups(roll, 2, 2, reduce_sum=reduce_sum))[1:] == (2, 4)
 
 
+def test_task_curriculum_from_failures_draws_more_groups_where_the_policy_fails():
+    """--rl-tasks failures (issue 99): each task's success follows the run's rollouts (the rate the first time a task
+    is drawn, then (s + rate) / 2; a task not drawn keeps its s), the draw's weights are 1.1 - s, and step_tasks
+    draws each group's task by them, a function of (seed, group): the same groups draw the same tasks, a failing
+    task gets most groups, and without weights the tasks go in turn as before."""
+    import levers
+    from train_mgrpo import Levers
+    tasks, on = _tasks(3), Levers(rl_tasks="failures")
+    trajs = [t for g, (task, r) in enumerate([(0, [1.0, 1.0]), (1, [0.0, 0.0]), (0, [1.0, 0.0])])
+             for t in _group(g, tasks[task].task_id, r)]
+    success = levers.task_success(None, trajs, tasks, on)
+    assert success == [0.75, 0.0, None]
+    assert levers.task_success(success, trajs[:2], tasks, on) == [0.875, 0.0, None]
+    assert levers.task_success(success, trajs, tasks, Levers()) is None        # off: nothing followed
+    weights = levers.task_weights(success, 3, on)
+    assert weights == pytest.approx([0.35, 1.1, 1.1]) and levers.task_weights(success, 3, Levers()) is None
+    assert levers.task_weights(None, 3, on) == [1.1] * 3                       # nothing seen yet: uniform
+    drawn = [t.task_id for t in step_tasks(tasks, 0, 300, 0, weights=weights)]
+    assert drawn == [t.task_id for t in step_tasks(tasks, 0, 300, 0, weights=weights)]
+    counts = [drawn.count(t.task_id) for t in tasks]
+    assert counts[0] < 0.5 * counts[1] and counts[0] < 0.5 * counts[2], counts
+    assert [t.task_id for t in step_tasks(tasks, 0, 6, 0)] == [t.task_id for t in tasks] * 2
+
+
 def test_linear_warmup():
     s = optim.linear_warmup(4)
     assert [s(k) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
@@ -529,7 +553,7 @@ def test_gigpo_step_advantages_worked_out_by_hand():
     S = {0.5, 0, 0.25, 0} (mean 0.1875, population std sqrt(0.04296875)), A = {1.0 (t0, last step), 0.5 (t2,
     one step before its last)} = +-1; B and A2 are visited once (singletons: 0). omega 1 adds them to the
     episode advantages +-1."""
-    from train_mgrpo import step_advantages
+    from levers import step_advantages
     trajs = [_walk(0, 1.0, ["S", "A"]), _walk(0, 0.0, ["S", "B"]), _walk(0, 1.0, ["S", "A", "A2"]),
              _walk(0, 0.0, ["S"])]
     std_s = math.sqrt(0.04296875)

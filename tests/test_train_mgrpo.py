@@ -24,9 +24,10 @@ def _run_record(out) -> tuple[str, list[dict], list[dict]]:
     return weights, rows, trajs
 
 
-def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
+def test_mgrpo_steps_and_resume(half_right_bc, demos, tmp_path):
     """Three M-GRPO steps in Chromium with the options beyond the paper on (dynamic sampling, lr warm-up, GiGPO's
-    step-level advantages), a checkpoint at step 2, and a resume from it. A run is a function of its command (issue
+    step-level advantages, issue 99's demonstrations kept in the loss and task curriculum from failures), a
+    checkpoint at step 2, and a resume from it. A run is a function of its command (issue
     67): the resumed process redoes step 3 exactly as the first did, the same trajectories, metrics and weights
     (sha256), though the browsers answer in another order (the rollouts sample at T = 0.9 from seeds of (--seed,
     group, task, page, index, turn) and decode batch-invariantly on this CPU). With unseeded rollouts this fails."""
@@ -35,7 +36,9 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
               "--tasks-per-step", "2", "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40",
               "--prompt", "short", "--lr", "1e-4", "--save-every", "2",
               "--dynamic-sampling", "2", "--warmup-steps", "2",
-              "--eval-every", "2", "--eval-pages", "2", "--temperature", "0.9", "--advantage", "gigpo"]
+              "--eval-every", "2", "--eval-pages", "2", "--temperature", "0.9", "--advantage", "gigpo",
+              "--demo-data", str(demos), "--demo-loss-weight", "0.5", "--demo-loss-decay", "2", "--demo-batch", "4",
+              "--rl-tasks", "failures"]
     run_script("train_mgrpo.py", *common, "--steps", "3")
     rows = metrics(out)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]       # step 0: greedy validation before the first update
@@ -55,6 +58,10 @@ def test_mgrpo_steps_and_resume(half_right_bc, tmp_path):
     assert len(trajs) == 3 and all(t["steps"] and "response" in t["steps"][0] for t in trajs)
     state2 = json.loads((out / "step_2" / "trainer_state.json").read_text())
     assert state2["step"] == 2 and state2["cursor"] == 2 * sum(rounds[:2])   # B groups per round
+    # the levers: mu decays linearly to 0 over 2 steps; each task's success so far is checkpointed
+    assert all(r["train/demo_mu"] == 0.5 * max(0, 1 - (r["step"] - 1) / 2) and r["train/demo_nll"] > 0
+               for r in rows if "train/loss" in r)
+    assert len(state2["task_success"]) == 2 and all(s is None or 0 <= s <= 1 for s in state2["task_success"])
     first = _run_record(out)
 
     (out / "latest").write_text("step_2")            # as if the run had died after step 2
@@ -213,6 +220,82 @@ def test_mgrpo_update_scores_actions_at_the_rollout_temperature(tmp_path):
         torch.testing.assert_close(torch.tensor(res["how"][how]["grad"]), torch.tensor(plain["grad"]),
                                    rtol=1e-4, atol=1e-6)
     assert res["tis"]["mismatch"]["mismatch/ratio_outside"][0] > 0
+
+
+def test_demonstrations_in_the_loss_add_mu_times_eq1_to_the_update(tmp_path):
+    """--demo-data (issue 99, CHORD): on a real DeepSpeed engine, the update's gradient with the demonstration term
+    is Eq. 2's plus mu_t times Eq. 1's on the step's demonstration batch, Eq. 1 computed here the textbook way (every
+    position's logits, log-softmax, the action tokens' NLL averaged over the batch's action tokens); mu_t decays
+    linearly (0.5 at step 0, 0.25 at step 1, 0 from step 2 with --demo-loss-decay 2); the batch is ``bc_data.draw``'s for the step; with every
+    advantage 0 the gradient is the demonstrations' alone. Fails if the term is dropped, scaled wrongly, or scored
+    on other tokens."""
+    script = tmp_path / "demo_term.py"
+    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _DEMO_TERM_SCRIPT)
+    res = json.loads(run_script(str(script), timeout=600).split("RESULT ", 1)[1].splitlines()[0])
+    assert res["mu"] == [0.5, 0.25, 0.0, 0.0]
+    assert max(map(abs, res["rl"])) > 1e-4 and max(map(abs, res["demo"])) > 1e-4
+    torch.testing.assert_close(torch.tensor(res["zero_adv"]), torch.tensor(res["demo"]), rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(torch.tensor(res["both"]), torch.tensor(res["rl"]) + torch.tensor(res["demo"]),
+                               rtol=1e-4, atol=1e-7)
+    assert res["stats"]["train/demo_mu"] == 0.25
+    assert res["stats"]["train/demo_nll"] == pytest.approx(res["want_nll"], rel=1e-5)
+    assert res["drawn"]
+
+
+_DEMO_TERM_SCRIPT = r"""
+import copy, json, random
+import torch
+import bc_data, levers, logprobs, policy, train_mgrpo
+from trainlib import distributed, optim
+from rollout import EpisodeConfig, Sample
+
+distributed.init_distributed()
+torch.manual_seed(0)
+base, tok = policy.build_tiny("tiny:layers=1,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=300")
+cfg = optim.ds_config("configs/zero0.json", micro_batch=2, grad_accum=1, world_size=1, bf16=False, grad_clip=1.0)
+g = torch.Generator().manual_seed(1)
+rand = lambda n: torch.randint(3, 300, (n,), generator=g).tolist()
+demos = [(rand(n), [0] * (n - k) + [1] * k) for n, k in ((11, 4), (8, 3), (14, 5), (9, 2), (12, 6), (10, 3))]
+rl = [Sample(rand(n), [0] * (n - k) + [1] * k) for n, k in ((12, 4), (9, 3))]
+args = train_mgrpo.Args(steps=3, micro_batch=2, beta=0.0, episode=EpisodeConfig(temperature=1.0),
+                        levers=train_mgrpo.Levers(demo_data="demos", demo_loss_weight=0.5, demo_loss_decay=2,
+                                                  demo_batch=4))
+out = {"mu": [levers.demo_weight(args.levers, t) for t in range(4)]}
+
+
+def gradient(adv, with_demos):   # one update at lr 0 from the same weights, its gradient summed over micro-batches
+    m = copy.deepcopy(base)
+    eng = optim.make_engine(m, cfg, lr=0.0, weight_decay=0.0, schedule=optim.linear_warmup(0))
+    grads = {n: torch.zeros_like(p) for n, p in m.named_parameters()}
+
+    def summed(n):
+        def hook(gr):
+            grads[n].add_(gr)
+        return hook
+    hooks = [p.register_hook(summed(n)) for n, p in m.named_parameters()]
+    term = levers.demonstration_term(demos, 1, args, tok.pad_token_id) if with_demos else None
+    batch = train_mgrpo.Batch(rl, adv=adv, weight=[0.1, 0.2], groups=1, zero_std=[False], dropped=0)
+    st = train_mgrpo.update(eng, None, batch, tok.pad_token_id, args, how="plain", demos=term)
+    [h.remove() for h in hooks]
+    return torch.cat([gr.flatten() for gr in grads.values()]).tolist(), st
+
+
+out["rl"] = gradient([1.0, -1.0], False)[0]
+out["both"], out["stats"] = gradient([1.0, -1.0], True)
+out["zero_adv"] = gradient([0.0, 0.0], True)[0]
+# Eq. 1 by hand on step 1's batch: mu_1 x the NLL of the action tokens averaged over them, every position's logits
+piece = bc_data.draw(demos, 1, 4, 1, 0, args.seed)
+m = copy.deepcopy(base)
+ids, attn, mask = logprobs.pad_batch([d[0] for d in piece], [d[1] for d in piece], tok.pad_token_id)
+lp = logprobs.token_logprobs(m, ids, attn, 1.0)[0]          # [n, L]: log pi of token t given tokens < t
+nll = -(lp * mask).sum() / mask.sum()
+(0.25 * nll).backward()
+out["demo"] = torch.cat([p.grad.flatten() for p in m.parameters()]).tolist()
+out["want_nll"] = float(nll)
+out["drawn"] = sorted(map(str, piece)) != sorted(map(str, bc_data.draw(demos, 0, 4, 1, 0, args.seed)))
+out["stats"] = {k: v for k, v in out["stats"].items() if k.startswith("train/demo")}
+print("RESULT " + json.dumps(out))
+"""
 
 
 _LORA_SCRIPT = r"""

@@ -15,6 +15,7 @@ Each is a function of the step and the run's seed, so a run stays a function of 
 from __future__ import annotations
 
 import collections
+import logging
 from typing import Any
 
 import torch
@@ -22,6 +23,8 @@ import torch
 import bc_data
 import logprobs
 from trainlib import distributed, optim
+
+log = logging.getLogger("webagent.mgrpo")
 
 
 # ---- GiGPO ----
@@ -76,8 +79,12 @@ def demonstrations(opts, prompt: str, tokenizer, world: int, rank: int) -> list[
         records = bc_data.load_records(opts.demo_data, names)
     except ValueError as e:
         raise SystemExit(f"--demo-data: {e}") from None
-    return bc_data.tokenized(records, names, tokenizer, prompt, flag="--demo-data", verbose=rank == 0,
-                             only_successes=opts.demo_only_successes)[0]
+    samples, dropped = bc_data.tokenized(records, names, tokenizer, prompt, flag="--demo-data", verbose=rank == 0,
+                                         only_successes=opts.demo_only_successes)
+    if rank == 0:
+        log.info("--demo-data: %d demonstration steps in the loss (%d dropped as too long), mu %g, decay over %d steps",
+                 len(samples), dropped, opts.demo_loss_weight, opts.demo_loss_decay)
+    return samples
 
 
 def demo_weight(opts, step: int) -> float:
@@ -106,7 +113,7 @@ def demonstration_term(demos: list, step: int, args, pad_id: int):
         for sample in piece:
             nll, hit, _ = logprobs.demonstration_nll(engine, [sample], pad_id, engine.device)
             optim.accumulate(engine, mu * nll / tokens, boundary=False)
-            nll_sum, hits = nll_sum + float(nll), hits + float(hit.sum())
+            nll_sum, hits = nll_sum + float(nll.detach()), hits + float(hit.sum())
         return {"train/demo_mu": mu, "train/demo_nll": nll_sum / max(mine, 1), "train/demo_acc": hits / max(mine, 1)}
     return add
 

@@ -1,6 +1,8 @@
 """M-GRPO's options beyond the paper that take more than a line of the trainer, each off by default with its row in
 docs/results.md; train_mgrpo.py calls each at one named place, so its step reads as the paper's with them off.
 
+- DAPO's dynamic sampling (``--dynamic-sampling N``, Yu et al. 2025): ``sample_groups``, rounds of groups until
+  enough carry a signal (one round without it: the paper's step).
 - GiGPO's step-level advantages (``--advantage gigpo``, Feng et al. 2025): ``step_advantages``, added to Eq. 2's
   A_i by ``train_mgrpo.credit_advantages``.
 - Demonstrations kept in the loss (``--demo-data``; CHORD, Zhang et al. 2025, which ms-swift ships as
@@ -25,6 +27,25 @@ import logprobs
 from trainlib import distributed, optim
 
 log = logging.getLogger("webagent.mgrpo")
+
+
+# ---- DAPO's dynamic sampling ----
+
+async def sample_groups(next_round, groups_per_rank: int, max_rounds: int, signal=lambda trajs: 0,
+                        reduce_sum=lambda n: n) -> tuple[list, int, int]:
+    """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1 (--dynamic-sampling): rounds of
+    ``groups_per_rank`` groups (``train_mgrpo.GroupRoller.next_round``) until all ranks together hold as many groups
+    with a learning signal (``signal``: their count, ``train_mgrpo.signal_groups``) as one round has groups, or
+    ``max_rounds`` ran (``reduce_sum``: over ranks, so they agree). Returns (all trajectories, rounds, groups with
+    a signal on this rank)."""
+    trajs: list = []
+    rounds, target = 0, reduce_sum(groups_per_rank)
+    while True:
+        trajs += await next_round(groups_per_rank, rounds * groups_per_rank)
+        rounds += 1
+        informative = signal(trajs)
+        if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
+            return trajs, rounds, informative
 
 
 # ---- GiGPO ----

@@ -113,18 +113,24 @@ class Gauge:
 
 
 def resolved(args: Any) -> Any:
-    """train_mgrpo's ``args`` with its ``rollout_engine.rollout_correction`` resolved (``resolve``)."""
+    """train_mgrpo's ``args`` with its ``rollout_engine.rollout_correction`` resolved (``resolve``); --async-steps
+    checked (1: with --backend hf only, so far)."""
     engine, ep = args.rollout_engine, args.episode
-    mode = resolve(engine.rollout_correction, args.backend, ep.temperature, ep.top_p)
+    if engine.async_steps not in (0, 1) or (engine.async_steps and args.backend != "hf"):
+        raise SystemExit(f"--async-steps {engine.async_steps}: 0, or 1 with --backend hf (vLLM on GPUs of its own "
+                         "beside the trainer's is not built yet: docs/training.md, one step off)")
+    mode = resolve(engine.rollout_correction, args.backend, ep.temperature, ep.top_p, engine.async_steps)
     return dataclasses.replace(args, rollout_engine=dataclasses.replace(engine, rollout_correction=mode))
 
 
-def resolve(mode: str, backend: str, temperature: float, top_p: float) -> str:
+def resolve(mode: str, backend: str, temperature: float, top_p: float, async_steps: int = 0) -> str:
     """--rollout-correction resolved: ``auto`` is tis for vLLM (another engine, bf16 on GPUs: the field corrects it)
-    and none for hf (the trainer's own module or a copy of it: nothing to correct unless --engine-dtype makes one).
+    and for --async-steps 1 (samples drawn by the weights one update older: decoupled PPO's behaviour correction
+    pi_prox / pi_engine, pi_prox the trainer's weights before the step, truncated at C as AReaL and verl do), none
+    for hf at 0 (the trainer's own module or a copy of it: nothing to correct unless --engine-dtype makes one).
     The engine's log-probs are the raw model's, the sampling distribution's only at temperature 1 and top-p 1:
     elsewhere auto gives none and an explicit correction is refused."""
-    resolved = ("tis" if backend == "vllm" else "none") if mode == "auto" else mode
+    resolved = ("tis" if backend == "vllm" or async_steps else "none") if mode == "auto" else mode
     if resolved not in MODES:
         raise SystemExit(f"--rollout-correction {mode}: auto or one of {', '.join(MODES)}")
     if resolved != "none" and (temperature, top_p) != (1.0, 1.0):

@@ -529,7 +529,7 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engi
                  max_batch_size: int = 64, num_threads: int | None = None, chat_template: str | None = None,
                  gpu_memory: float = 0.7, vllm_eager: bool = False, local_rank: int | None = None,
                  own_session: bool = False, base_url: str | None = None, timeout_s: float = 60.0,
-                 engine_dtype: str = ""):
+                 engine_dtype: str = "", own_weights: bool = False):
     """The generation backend of ``kind`` for ``model``, as every script builds it (train_mgrpo.py, eval.py).
 
     Every backend has ``generate`` (the interface above), ``.tokenizer`` (the one its prompts are rendered and
@@ -546,6 +546,8 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engi
     * ``engine_dtype`` ("bfloat16", "float32", ...; "" the default: the trainer's dtype for hf, vLLM's choice for
       vllm): the dtype the engine computes in; for hf a copy of the trainer's model in it (HFBackend's
       ``engine_dtype``), so that the engine's distribution differs from the trainer's as at paper scale.
+    * ``own_weights`` (hf): the engine decodes with a copy of the trainer's model, which the trainer refreshes
+      (``load_weights``) when its schedule says (train_mgrpo's --async-steps 1).
     * ``"openai"``: ``model`` is the served model's name at ``base_url``; ``tokenizer`` (optional) counts prompts.
     """
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
@@ -559,7 +561,8 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engi
         return hf_backend.HFBackend(model, tokenizer, **sampling, max_batch_size=max_batch_size,
                                     num_threads=num_threads if on_cpu else None,
                                     invariance="auto" if batch_invariant and on_cpu else "off",
-                                    engine_dtype=getattr(torch, engine_dtype) if engine_dtype else None)
+                                    engine_dtype=getattr(torch, engine_dtype) if engine_dtype else None,
+                                    own_weights=own_weights)
     if kind == "vllm":
         from engines import vllm_backend   # (vLLM is imported only by those who use it)
         backend = vllm_backend.VLLMBackend(str(model), tokenizer=tokenizer, **sampling, seed=seed,

@@ -69,6 +69,9 @@ class EpisodeConfig:
     """restart a MiniWoB page in place when its browser context runs the same task again (no page load: ~0.25
     CPU s less per episode); off by default, as some pages keep state across episodes (MiniWoBFamily); make
     demo's 8 tasks give the same observations and rewards either way (tests/test_env_miniwob.py)"""
+    action_delay: float = 0.0
+    """seconds to wait after every action: the paper's environment latency for a benchmark (VAB sleeps 3 s after each
+    browser action; bench/bench_async.py); 0: none"""
 
     def __post_init__(self):   # a bad setting fails when the flags are read, naming its flag
         checks = {"--max-new-tokens must be >= 1": self.max_new_tokens >= 1,
@@ -219,6 +222,8 @@ async def rollout(env: webenv.WebEnv, backend, tokenizer, task: webenv.Task, cfg
                                      temperature=cfg.temperature, top_p=cfg.top_p, seed=seed)
         traj.samples.append(Sample(*compress.rl_sample(prompt_ids, gen.ids), logprobs=gen.logprobs))
         res = await env.step(gen.text)
+        if cfg.action_delay:   # a benchmark of the paper's environment latency (VAB: 3 s after every action)
+            await asyncio.sleep(cfg.action_delay)
         info = res.info
         traj.parse_errors += int(bool(info.get("parse_error")))
         traj.steps.append({"url": obs.url, "observation": shown, "error": obs.error, "response": gen.text,

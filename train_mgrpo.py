@@ -25,6 +25,7 @@ import asyncio
 import collections
 import dataclasses
 import enum
+import functools
 import json
 import logging
 import math
@@ -166,7 +167,7 @@ import levers  # noqa: E402
 import logprobs  # noqa: E402
 import mismatch  # noqa: E402
 import policy  # noqa: E402
-from trainlib import checkpoints, distributed, lora, optim, runlog  # noqa: E402
+from trainlib import checkpoints, distributed, lora, optim, overlap, runlog  # noqa: E402
 
 
 # ---- the rollouts of a step ----
@@ -195,6 +196,7 @@ class GroupRoller:
     rank: int
     cursor: int = 0
     success: list[float | None] | None = None   # each task's so far (--rl-tasks failures: levers.task_success)
+    side: object = None   # the rollouts' process group with --async-steps 1 (distributed.side_group)
 
     async def next_round(self, n: int, first: int) -> list[Trajectory]:
         """This rank's n of the run's next B groups: their tasks (``step_tasks``), G trajectories each, group ids
@@ -206,24 +208,14 @@ class GroupRoller:
                 for i in range(self.args.group_size)]
         return await rollouts(self.runner, self.backend, self.backend.tokenizer, jobs, self.args.episode)
 
+    async def batch(self) -> tuple[list[Trajectory], int, int]:
+        """This rank's groups of one step (``levers.sample_groups``: one round, or DAPO's) [collective: per round]."""
+        n = self.args.tasks_per_step // torch.distributed.get_world_size()
+        return await levers.sample_groups(self.next_round, n, self.args.dynamic_sampling, signal_groups,
+                                          functools.partial(distributed.all_reduce_sum, group=self.side))
+
     def state(self) -> dict:   # (the checkpoint's)
         return {"cursor": self.cursor, "task_success": self.success}
-
-
-async def sample_groups(next_round, groups_per_rank: int, max_rounds: int,
-                        reduce_sum=lambda n: n) -> tuple[list[Trajectory], int, int]:
-    """One step's rollouts, with DAPO's dynamic sampling when ``max_rounds`` > 1: rounds of ``groups_per_rank``
-    groups (``GroupRoller.next_round``) until all ranks together hold as many groups with unequal rewards as one
-    round has groups, or ``max_rounds`` ran (``reduce_sum``: over ranks, so they agree).
-    Returns (all trajectories, rounds, groups with unequal rewards on this rank)."""
-    trajs: list[Trajectory] = []
-    rounds, target = 0, reduce_sum(groups_per_rank)
-    while True:
-        trajs += await next_round(groups_per_rank, rounds * groups_per_rank)
-        rounds += 1
-        informative = sum(not equal for _, equal in group_outcomes(trajs)[0])
-        if rounds >= max(max_rounds, 1) or reduce_sum(informative) >= target:
-            return trajs, rounds, informative
 
 
 # ---- advantages ----
@@ -242,6 +234,11 @@ def group_outcomes(trajs: list[Trajectory]) -> tuple[list[tuple[list[Trajectory]
         else:
             out.append((valid, len({t.reward for t in valid}) == 1))
     return out, dropped
+
+
+def signal_groups(trajs: list[Trajectory]) -> int:
+    """The groups of ``trajs`` that carry a learning signal (unequal rewards: ``group_outcomes``)."""
+    return sum(not equal for _, equal in group_outcomes(trajs)[0])
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
@@ -435,32 +432,31 @@ class Stop(enum.IntEnum):
     NO, TIME_BUDGET, INTERRUPTED = 0, 1, 2
 
 
-async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[webenv.Task], metrics, *,
-                step: int, state: dict, demos: list, interrupted: threading.Event) -> tuple[int, dict, Stop]:
-    """RL steps from ``step`` to ``args.steps`` (or a Stop): rollouts -> advantages -> update -> weight sync ->
-    log -> save. ``state``: the checkpoint's (``GroupRoller.state``); ``demos``: --demo-data's samples.
-    Returns (steps done, the state to save, why it stopped early)."""
+async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[webenv.Task], metrics, *, step: int,
+                state: dict, pending, demos: list, interrupted: threading.Event) -> tuple[int, dict, Stop, object]:
+    """RL steps from ``step`` to ``args.steps`` (or a Stop): rollouts -> advantages -> update -> weight sync -> log ->
+    save; with --async-steps 1 the next batch rolls out during the update (trainlib/overlap.py). ``state``,
+    ``pending``: the checkpoint's; ``demos``: --demo-data's. Returns (steps, state, why it stopped, batch in flight)."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out, started, stopped = Path(args.out), time.time(), Stop.NO
-    if step:   # resumed: the engine generates with the checkpoint's weights
+    if step:   # resumed (main logs it): the engine generates with the checkpoint's weights
         await backend.load_weights(engine.module)
-        log.info("resumed: step_%d's weights loaded into the rollout engine (%s)", step, type(backend).__name__)
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     async with args.env.pool() as pool, \
             Runner(pool, args.tasks_per_step // world * args.group_size, timeout_s=args.episode.episode_timeout,
                    env_kwargs=args.episode.env_kwargs(*args.env.families())) as runner:
-        groups = GroupRoller(runner, backend, tasks, args, rank, state["cursor"], state.get("task_success"))
+        groups = GroupRoller(runner, backend, tasks, args, rank, state["cursor"], state.get("task_success"),
+                             distributed.side_group() if args.rollout_engine.async_steps else None)
+        batches = overlap.OneStepOff(groups.batch, functools.partial(backend.load_weights, engine.module),
+                                     args.rollout_engine.async_steps, pending=pending, threads=args.update_threads)
         try:
             if args.eval_every and step == 0:   # where the run starts from
                 engine.module.eval()
                 metrics.log(0, await validate(runner, backend, tokenizer, tasks, args))
             while step < args.steps and not stopped:
                 # ---- rollouts: B x G trajectories, own contexts [collective: per round, groups summed over ranks] ----
-                t0 = time.time()
-                engine.module.eval()
-                trajs, rounds, _ = await sample_groups(groups.next_round, args.tasks_per_step // world,
-                                                       args.dynamic_sampling, reduce_sum=distributed.all_reduce_sum)
-                times = {"rollout/seconds": time.time() - t0}
+                engine.module.eval()   # (hf: the trainer's module generates, or with --async-steps 1 a copy)
+                (trajs, rounds, _), times = await batches.next(last=step + 1 == args.steps)
 
                 # ---- advantages, weights, update (Eq. 2) [collectives: groups in the loss, learn?, the gradients] ----
                 batch = mgrpo_batch(trajs, args.credit, reduce_sum=distributed.all_reduce_sum)
@@ -470,13 +466,14 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 if learn:   # (vLLM: the sync check's probe scored, the engine asleep: its GPU memory to the update)
                     await backend.before_update(engine.module, [s for t in trajs for s in t.samples])
                 term = levers.demonstration_term(demos, step, args, tokenizer.pad_token_id)   # --demo-data, or None
-                train_stats = update(engine, ref_model, batch, tokenizer.pad_token_id, args, demos=term) if learn else {}
+                train_stats = await batches.update(update, engine, ref_model, batch, tokenizer.pad_token_id, args,
+                                                   demos=term) if learn else {}
                 times["train/seconds"] = time.time() - t1
                 step += 1
                 groups.success = levers.task_success(groups.success, trajs, tasks, args.levers)   # [collective]
 
                 # ---- weight sync (vLLM: pushed and checked [collectives]; HF: its float64 copy if it has one) ----
-                synced = await backend.after_update(engine.module) if learn else {}   # (figures over the ranks)
+                synced = await backend.after_update(engine.module) if learn and not batches.k else {}   # (k: at next)
 
                 # ---- log [collectives: the metrics averaged over ranks, the mismatch's largest, the Stop] ----
                 stats = step_stats(trajs, batch, rounds, train_stats | times, tasks, args) | synced
@@ -486,6 +483,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 if args.eval_every and (step % args.eval_every == 0 or step == args.steps
                                         or stopped == Stop.TIME_BUDGET):   # (the last step too, unless interrupted)
                     engine.module.eval()
+                    await batches.settle()   # (--async-steps 1: the batch in flight finished, the weights taken)
                     stats |= await validate(runner, backend, tokenizer, tasks, args)
                 metrics.log(step, stats)
                 if rank == 0:
@@ -493,17 +491,19 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
 
                 # ---- save ----
                 if args.save_every and step % args.save_every == 0 and step < args.steps and not stopped:
-                    checkpoints.save_checkpoint(engine, tokenizer, out, step, groups.state(), rank)
+                    checkpoints.save_checkpoint(engine, tokenizer, out, step, groups.state(), rank,
+                                                await batches.settle())
+            pending = await batches.settle()   # (in flight at a stop: finished, for the checkpoint)
         finally:
             bar.close()
+            batches.close()
             await backend.aclose()
-    return step, groups.state(), stopped
+    return step, groups.state(), stopped, pending
 
 
 async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task], args: Args) -> dict[str, float]:
-    """Greedy success on the first ``--eval-pages`` validation pages of every task (``env.VALID_SEEDS``, never a
-    demonstration, RL or test page), split over the ranks and added: ``val/success_rate``, ``val/parse_fail_rate``
-    (of all turns), ``val/env_errors``. A rank without pages still runs the collective."""
+    """Greedy success on the first ``--eval-pages`` pages of every task of ``env.VALID_SEEDS`` (no demonstration, RL
+    or test page's), summed over the ranks (each runs the collective): val/success_rate, val/parse_fail_rate, ..."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     pages = [dataclasses.replace(t, seed=webenv.VALID_SEEDS[e]) for t in tasks for e in range(args.eval_pages)]
     jobs = [Job(t, group=i) for i, t in enumerate(pages[rank::world])]                  # this rank's pages, greedy
@@ -517,9 +517,8 @@ async def validate(runner: Runner, backend, tokenizer, tasks: list[webenv.Task],
 
 def step_stats(trajs: list[Trajectory], batch: Batch, rounds: int, train_stats: dict[str, float],
                tasks: list[webenv.Task], args: Args) -> dict[str, float]:
-    """One step's metrics, averaged over the ranks: the rollouts', the groups', the update's (``train_stats``),
-    success per task, the site replicas' leases, GiGPO's step groups; the engine mismatch's largest figures are
-    the largest rank's."""
+    """One step's metrics, averaged over the ranks: the rollouts', the groups', the update's (``train_stats``), success
+    per task, the site replicas' leases, GiGPO's step groups; the engine mismatch's largest are the largest rank's."""
     groups = len(batch.zero_std) + batch.dropped   # rolled out, of which zero_std: equal rewards
     stats = trajectory_stats(trajs) | task_counts(trajs, tasks) | train_stats | {
         "rollout/rounds": float(rounds), "rollout/groups_dropped": float(batch.dropped),
@@ -558,10 +557,9 @@ def main(args: Args) -> Path:
     args.ds_config = optim.checked_ds_config(args.ds_config, device)
     if args.backend == "vllm" and not Path(args.model).is_dir():
         raise SystemExit(f"--backend vllm loads --model from a checkpoint directory; {args.model!r} is not one")
-    if args.lora_rank < 0:
-        raise SystemExit(f"--lora-rank must be >= 0 (0: full fine-tuning), not {args.lora_rank}")
-    if args.lora_rank and args.backend != "hf":
-        raise SystemExit("--lora-rank trains with --backend hf only (the vLLM weight push sends full weights)")
+    if args.lora_rank < 0 or (args.lora_rank and args.backend != "hf"):   # (the vLLM weight push sends full weights)
+        raise SystemExit(f"--lora-rank must be >= 0 (0: full fine-tuning) and > 0 with --backend hf only, not "
+                         f"{args.lora_rank} with --backend {args.backend}")
     if ep.temperature <= 0:   # the update scores actions at the rollouts' temperature (logits / T)
         raise SystemExit("--temperature must be > 0 for M-GRPO: greedy rollouts give a group identical "
                          "trajectories and no sampling distribution to score")
@@ -593,9 +591,9 @@ def main(args: Args) -> Path:
     ref = (policy.load(args.model, device=device, dtype=dtype, chat_template=args.chat_template or None)[0]
            if args.beta else None)
     ref_model = optim.make_reference(ref, cfg) if ref is not None else None
-    step, state = 0, {"cursor": 0}   # RL steps done; groups consumed (all ranks), each task's success
+    step, state, pending = 0, {"cursor": 0}, None   # RL steps done; groups consumed, each task's success; in flight
     if args.resume and (ckpt := checkpoints.latest_checkpoint(out)):
-        state = checkpoints.load_checkpoint(engine, ckpt, rank)
+        state, pending = checkpoints.load_checkpoint(engine, ckpt, rank), checkpoints.load_pending(ckpt, rank)
         step = state.pop("step")
         log.info("resumed from %s at step %d", ckpt, step)
     on_cpu_invariant = ep.batch_invariant and device.type == "cpu"
@@ -611,7 +609,8 @@ def main(args: Args) -> Path:
         top_p=ep.top_p, seed=args.seed + rank, max_context=ep.max_context, batch_invariant=ep.batch_invariant,
         max_batch_size=args.tasks_per_step // world * args.group_size, num_threads=args.torch_threads or None,
         gpu_memory=args.rollout_engine.vllm_gpu_memory, vllm_eager=args.rollout_engine.vllm_eager,
-        local_rank=local_rank, own_session=True, engine_dtype=args.rollout_engine.engine_dtype)
+        local_rank=local_rank, own_session=True, engine_dtype=args.rollout_engine.engine_dtype,
+        own_weights=bool(args.rollout_engine.async_steps))
 
     # Ctrl-C: finish the step, then every rank stops at the same step (Stop is agreed) and saves once
     interrupted = threading.Event()
@@ -619,11 +618,12 @@ def main(args: Args) -> Path:
     metrics = runlog.Metrics(out, enabled=rank == 0, start_step=step)
     if rank == 0:
         runlog.rewind_jsonl(out / "trajectories.jsonl", step)
-    step, state, stopped = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics, step=step,
-                                             state=state, demos=demos, interrupted=interrupted))
+    step, state, stopped, pending = asyncio.run(train(args, engine, ref_model, backend, tokenizer, tasks, metrics,
+                                                      step=step, state=state, pending=pending, demos=demos,
+                                                      interrupted=interrupted))
 
     # ---- save ----
-    ckpt = checkpoints.save_checkpoint(engine, tokenizer, out, step, state, rank)
+    ckpt = checkpoints.save_checkpoint(engine, tokenizer, out, step, state, rank, pending)
     final = checkpoints.publish_hf(ckpt, out, rank)
     if rank == 0:
         metrics.close()
@@ -640,7 +640,7 @@ def plot_dynamics(out: Path, model: str, step: int) -> None:
     panels = [("rollout/success_rate", "rollout success rate"),
               ("val/success_rate", "greedy success, validation", 1, "val/episodes"),
               ("train/kl", "KL to the start (reference)"), ("rollout/frac_signal", "groups with a signal"),
-              ("mismatch/kl_k3", "engine/trainer mismatch (token KL)"), ("rollout/parse_fail_rate", "unparsable / turn"),
+              ("mismatch/kl_k3", "engine/trainer mismatch (KL)"), ("rollout/parse_fail_rate", "unparsable / turn"),
               ("rollout/response_tokens", "response tokens / trajectory"), ("rollout/success/*", "success per task")]
     runlog.plot_metrics(out / "metrics.jsonl", panels, out / "dynamics.png",
                         title=f"M-GRPO training dynamics: {out} (from {model})", smooth=max(5, step // 10))

@@ -71,6 +71,9 @@ class RolloutEngine:
     """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
     vllm_eager: bool = False
     """vLLM's enforce_eager: no torch.compile, no CUDA graphs (an engine starts sooner, generates slower)"""
+    async_steps: int = 0
+    """0: a step's rollouts, then its update (the paper's); 1: the next batch's rollouts run during the update, drawn
+    by the weights one update older (trainlib/overlap.py; hf: the engine decodes with a copy of the weights)"""
 
 
 def request_settings(backend, max_new_tokens: int | None, temperature: float | None,

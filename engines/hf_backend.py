@@ -261,7 +261,8 @@ class HFBackend:
     in that dtype, refreshed by ``take_weights`` as the float64 one is, so that the engine computes another
     distribution than the trainer, as vLLM in bf16 does beside a DeepSpeed trainer (``rollout.Sample.logprobs``
     keep the engine's; train_mgrpo measures and corrects the mismatch); with ``invariance`` only fixed shapes.
-    ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
+    ``own_weights``: decode with a copy of ``model`` in its dtype, refreshed only by ``take_weights`` (train_mgrpo's
+    --async-steps 1: the update runs while this decodes). ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
     box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
     """
 
@@ -270,7 +271,7 @@ class HFBackend:
                  max_batch_size: int = 64, batch_window_s: float = 0.002,
                  stop_ids: Sequence[int] | None = None, num_threads: int | None = None, share_prefill: bool = True,
                  decode: str = "auto", prefix_cache_tokens: int = 65536, invariance: str = "off",
-                 engine_dtype: torch.dtype | None = None):
+                 engine_dtype: torch.dtype | None = None, own_weights: bool = False):
         if decode not in ("auto", "loop", "generate"):
             raise ValueError(f"decode={decode!r}: auto, loop or generate")
         if invariance not in ("off", "auto", "fixed-shapes", "float64"):
@@ -282,6 +283,8 @@ class HFBackend:
         if engine_dtype is not None and engine_dtype != next(model.parameters()).dtype:
             # the engine is not the trainer: decode with a copy in this dtype (e.g. bf16, as vLLM on GPUs)
             self.model, self.copied = copy.deepcopy(model).to(engine_dtype), True
+        elif own_weights:   # a copy in the trainer's dtype: the trainer updates while this decodes (one step off)
+            self.model, self.copied = copy.deepcopy(model), True
         self.fixed_shapes = False                # the loop's forwards take the shapes of hf_kv.FIXED_SHAPES
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_batch_size, self.batch_window_s = max_batch_size, batch_window_s

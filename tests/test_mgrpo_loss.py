@@ -11,7 +11,8 @@ from rollout import Sample, Trajectory
 import env as webenv
 import logprobs
 from trainlib import optim
-from train_mgrpo import Credit, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, sample_groups, step_tasks
+from levers import sample_groups
+from train_mgrpo import Credit, eq2_weights, group_advantages, mgrpo_batch, mgrpo_loss, signal_groups, step_tasks
 from engines.vllm_backend import sync_weights
 
 
@@ -249,15 +250,15 @@ def _fake_roller(rewards_per_round: list[list[list[float]]]):
 def test_dynamic_sampling_rolls_until_a_round_worth_of_groups_has_signal():
     flat, mixed = [1.0, 1.0], [1.0, 0.0]
     roll, calls = _fake_roller([[flat, flat], [mixed, flat], [flat, mixed], [mixed, mixed]])
-    trajs, rounds, informative = asyncio.run(sample_groups(roll, 2, max_rounds=4))
+    trajs, rounds, informative = asyncio.run(sample_groups(roll, 2, 4, signal_groups))
     assert (rounds, informative) == (3, 2) and calls == [(2, 0), (2, 2), (2, 4)]   # new group ids per round
     batch = mgrpo_batch(trajs)
     assert batch.groups == 2 and batch.zero_std == [True, True, False, True, True, False]
 
     roll, calls = _fake_roller([[flat, flat], [flat, flat]])
-    assert asyncio.run(sample_groups(roll, 2, max_rounds=2))[1:] == (2, 0)   # the cap
+    assert asyncio.run(sample_groups(roll, 2, 2, signal_groups))[1:] == (2, 0)   # the cap
     roll, calls = _fake_roller([[flat, flat]])
-    assert asyncio.run(sample_groups(roll, 2, max_rounds=0))[1:] == (1, 0)   # off: one round
+    assert asyncio.run(sample_groups(roll, 2, 0, signal_groups))[1:] == (1, 0)   # off: one round
 
     # several ranks decide together: this rank's groups all have signal, but the other 3 ranks' have none,
     # so every rank goes on rolling (one rank alone would stop after its first round)
@@ -266,7 +267,7 @@ def test_dynamic_sampling_rolls_until_a_round_worth_of_groups_has_signal():
     def reduce_sum(n):
         return next(answers, None) or n                                   # the other ranks add nothing
     roll, calls = _fake_roller([[mixed, mixed], [mixed, mixed]])
-    assert asyncio.run(sample_groups(roll, 2, 2, reduce_sum=reduce_sum))[1:] == (2, 4)
+    assert asyncio.run(sample_groups(roll, 2, 2, signal_groups, reduce_sum=reduce_sum))[1:] == (2, 4)
 
 
 def test_task_curriculum_from_failures_draws_more_groups_where_the_policy_fails():

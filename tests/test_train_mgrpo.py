@@ -78,6 +78,37 @@ def test_mgrpo_steps_and_resume(half_right_bc, demos, tmp_path):
     assert again[0] == first[0], "the resumed run's weights differ from the first run's"
 
 
+def test_mgrpo_one_step_off_is_a_function_of_its_command(half_right_bc, tmp_path):
+    """--async-steps 1 (issue 100): the next batch's rollouts run while the update runs, in Chromium, with a copy of
+    the weights in the HF engine. Batch s is drawn by the weights after update s - 2: its engine log-probs differ
+    from the updating trainer's exactly when update s - 1 changed the weights (the TIS correction, auto at K = 1,
+    sees them). Two runs of one command end with the same weights, metrics and trajectories, and a run resumed from
+    its step-3 checkpoint (which keeps batch 4, in flight then, finished) redoes step 4 as the first did."""
+    common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--tasks-per-step", "2",
+              "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short", "--lr", "1e-4",
+              "--save-every", "3", "--eval-every", "2", "--eval-pages", "2", "--async-steps", "1"]
+    first, second = tmp_path / "a", tmp_path / "b"
+    log = run_script("train_mgrpo.py", *common, "--out", str(first), "--steps", "4")
+    assert "rollout correction tis" in log
+    rows = metrics(first)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and all(r["async/staleness"] == 1.0 for r in rows[1:])
+    learned = {r["step"] for r in rows if "train/loss" in r}
+    stale = {s: rows[s]["mismatch/max_abs_log_ratio"] for s in learned if s >= 2}
+    assert any(s - 1 in learned for s in stale), rows                    # (a batch drawn by older weights)
+    for s, gap in stale.items():   # rounding only when the weights that drew the batch are the trainer's
+        assert (gap > 1e-4) == (s - 1 in learned), (s, gap, learned)
+    assert (first / "step_3" / "pending_rank0.pt").exists() and not (first / "step_4" / "pending_rank0.pt").exists()
+    record = _run_record(first)
+    run_script("train_mgrpo.py", *common, "--out", str(second), "--steps", "4")
+    assert _run_record(second) == record, "two runs of one --async-steps 1 command differ"
+    (first / "latest").write_text("step_3")            # as if the run had died after step 3
+    run_script("train_mgrpo.py", *common, "--out", str(first), "--steps", "50", "--resume", "--time-budget", "0.01",
+               fresh=True)
+    assert [r["step"] for r in metrics(first)] == [0, 1, 2, 3, 4]
+    assert (first / "step_4" / "pending_rank0.pt").exists()   # batch 5 was in flight at the stop: kept
+    assert _run_record(first) == record, "the resumed --async-steps 1 run differs from the uninterrupted one"
+
+
 def test_mgrpo_fits_a_fixed_page(demos, tmp_path):
     """The loop learns (issue 42's regression test): from a BC checkpoint of the pretrained tiny base that
     clicks the right button about a third of the time (each demonstration beside two that click other elements;
@@ -226,9 +257,9 @@ def test_demonstrations_in_the_loss_add_mu_times_eq1_to_the_update(tmp_path):
     """--demo-data (issue 99, CHORD): on a real DeepSpeed engine, the update's gradient with the demonstration term
     is Eq. 2's plus mu_t times Eq. 1's on the step's demonstration batch, Eq. 1 computed here the textbook way (every
     position's logits, log-softmax, the action tokens' NLL averaged over the batch's action tokens); mu_t decays
-    linearly (0.5 at step 0, 0.25 at step 1, 0 from step 2 with --demo-loss-decay 2); the batch is ``bc_data.draw``'s for the step; with every
-    advantage 0 the gradient is the demonstrations' alone. Fails if the term is dropped, scaled wrongly, or scored
-    on other tokens."""
+    linearly (0.5 at step 0, 0.25 at step 1, 0 from step 2 with --demo-loss-decay 2); the batch is
+    ``bc_data.draw``'s for the step; with every advantage 0 the gradient is the demonstrations' alone. Fails if the
+    term is dropped, scaled wrongly, or scored on other tokens."""
     script = tmp_path / "demo_term.py"
     script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _DEMO_TERM_SCRIPT)
     res = json.loads(run_script(str(script), timeout=600).split("RESULT ", 1)[1].splitlines()[0])

@@ -59,9 +59,10 @@ def export_hf(engine, tokenizer, path: str | Path, rank: int) -> None:
 
 
 def save_checkpoint(engine, tokenizer, out_dir: str | Path, step: int, state: dict[str, Any],
-                    rank: int) -> Path:
-    """Atomically write <out_dir>/step_<step>/ (hf/, ds/, trainer_state.json, rng.pt) and point
-    <out_dir>/latest at it. Collective: every rank must call it."""
+                    rank: int, pending: Any = None) -> Path:
+    """Atomically write <out_dir>/step_<step>/ (hf/, ds/, trainer_state.json, rng.pt; ``pending``: this rank's
+    batch in flight, finished, in pending_rank<rank>.pt: ``load_pending``) and point <out_dir>/latest at it.
+    Collective: every rank must call it."""
     out_dir = Path(out_dir)
     final, tmp = out_dir / f"step_{step}", out_dir / f"step_{step}.tmp"
     if rank == 0:
@@ -71,6 +72,8 @@ def save_checkpoint(engine, tokenizer, out_dir: str | Path, step: int, state: di
     engine.save_checkpoint(str(tmp / "ds"), tag="state")
     export_hf(engine, tokenizer, tmp / "hf", rank)
     torch.save(rng_state(), tmp / f"rng_rank{rank}.pt")
+    if pending is not None:
+        torch.save(pending, tmp / f"pending_rank{rank}.pt")
     torch.distributed.barrier()
     if rank == 0:
         # trainer_state.json is written last: a directory holding it is complete. A step saved twice (a
@@ -126,6 +129,13 @@ def load_checkpoint(engine, ckpt: str | Path, rank: int) -> dict[str, Any]:
     if rng_file.exists():
         set_rng_state(torch.load(rng_file, weights_only=False))
     return json.loads((ckpt / "trainer_state.json").read_text())
+
+
+def load_pending(ckpt: str | Path, rank: int) -> Any:
+    """The batch a checkpoint kept in flight for this rank (``save_checkpoint``'s ``pending``), or None. The file is
+    this run's own (a pickle: load only checkpoints you wrote)."""
+    path = Path(ckpt) / f"pending_rank{rank}.pt"
+    return torch.load(path, weights_only=False) if path.exists() else None
 
 
 def atomic_write(path: Path, text: str) -> None:

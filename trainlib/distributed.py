@@ -76,18 +76,28 @@ def collective_device() -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce(value: torch.Tensor, op) -> torch.Tensor:
-    """All-reduce a small CPU tensor across ranks; it travels on the device the backend needs (NCCL: the GPU)."""
+def all_reduce(value: torch.Tensor, op, group=None) -> torch.Tensor:
+    """All-reduce a small CPU tensor across ranks; it travels on the device the backend needs (NCCL: the GPU; a
+    ``side_group``: the CPU, gloo)."""
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        on = value.to(collective_device())
-        torch.distributed.all_reduce(on, op=op)
+        on = value.to(collective_device() if group is None else torch.device("cpu"))
+        torch.distributed.all_reduce(on, op=op, group=group)
         return on.cpu()
     return value
 
 
-def all_reduce_sum(x: int) -> int:
-    """The sum of ``x`` over the ranks."""
-    return int(all_reduce(torch.tensor([x], dtype=torch.long), torch.distributed.ReduceOp.SUM).item())
+def all_reduce_sum(x: int, group=None) -> int:
+    """The sum of ``x`` over the ranks (on ``group``: the default process group, or a ``side_group``)."""
+    return int(all_reduce(torch.tensor([x], dtype=torch.long), torch.distributed.ReduceOp.SUM, group).item())
+
+
+def side_group():
+    """A second process group over every rank (gloo, CPU tensors), for collectives that run while the default group's
+    run in another thread (trainlib/overlap.py: the rollouts' beside the update's), so that the two never interleave
+    differently on two ranks; None with one rank. Collective: every rank creates it at the same point."""
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        return torch.distributed.new_group(backend="gloo")
+    return None
 
 
 def all_reduce_max(x: int) -> int:

@@ -165,3 +165,18 @@ def test_scripts_embed_one_episode_config_as_plain_flags(capsys):
         with pytest.raises(SystemExit):
             cli.parse_args(train_mgrpo.Args, bad)
         assert "invalid choice" in capsys.readouterr().err
+
+
+def test_action_delay_waits_after_every_action(run, pool, tokenizer):
+    """``--action-delay`` (the paper's environment latency for bench/bench_async.py: VAB waits 3 s after every
+    browser action): each turn's request comes at least that long after the previous turn's action."""
+    calls = []
+
+    async def note():
+        calls.append(asyncio.get_running_loop().time())
+    backend = Scripted(tokenizer, WAIT, before=note)
+    env = run(pool.new_env())
+    run(rollout(env, backend, tokenizer, click_button(4), EpisodeConfig(prompt="short", max_new_tokens=32,
+                                                                        action_delay=0.4)))
+    run(env.close())
+    assert len(calls) == 3 and min(b - a for a, b in zip(calls, calls[1:])) >= 0.4, calls

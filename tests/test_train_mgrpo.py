@@ -431,10 +431,13 @@ def _rank_pid(launcher: int, script: str, local_rank: int) -> int | None:
 
 
 
-def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+@pytest.mark.parametrize("async_steps", [0, 1])
+def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, async_steps):
     """Two ranks through the `deepspeed` launcher; SIGINT reaches rank 1 only (as when one node's job is
     interrupted). Both ranks agree on the flag after the step, stop at the same step and save once; without
-    the agreement rank 0 would wait forever in the next step's collective."""
+    the agreement rank 0 would wait forever in the next step's collective. With --async-steps 1 (issue 100) the
+    next batch's rollouts, DAPO's rounds and their collectives (on the ranks' side group) run beside the update's
+    and the step's own collectives, and each rank keeps its batch in flight, finished, in the checkpoint."""
     import signal
     import time
     out = tmp_path / "rl2"
@@ -443,7 +446,8 @@ def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     cmd = [*DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()),
            "train_mgrpo.py", "--model", "tiny", "--tasks", "miniwob:click-button", "--out", str(out),
            "--steps", "200", "--tasks-per-step", "2", "--group-size", "2", "--max-turns", "1",
-           "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0"]
+           "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0",
+           "--async-steps", str(async_steps), "--dynamic-sampling", str(2 * async_steps)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)   # a failure below kills the ranks and their browsers too
     try:
@@ -463,3 +467,5 @@ def test_mgrpo_ctrl_c_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200
     assert sorted(p.name for p in out.glob("step_*")) == [f"step_{steps[-1]}"]   # saved once, at the last step
     assert (out / "latest").read_text() == f"step_{steps[-1]}" and "(interrupted)" in log
+    kept = sorted(p.name for p in (out / f"step_{steps[-1]}").glob("pending_rank*.pt"))
+    assert kept == (["pending_rank0.pt", "pending_rank1.pt"] if async_steps else []), kept

@@ -92,3 +92,21 @@ def test_a_stop_finishes_the_batch_in_flight_and_a_resume_takes_it():
 def test_only_zero_or_one_step_off():
     with pytest.raises(ValueError, match="async-steps 2"):
         OneStepOff(None, None, 2)
+
+
+def test_one_step_off_corrects_with_tis_and_runs_with_the_hf_engine_only():
+    """At K = 1 the samples are drawn by weights one update older than the trainer's: ``--rollout-correction auto``
+    resolves to TIS (decoupled PPO's behaviour correction) where K = 0 with the HF engine has none; vLLM at K = 1
+    (an engine beside the trainer on GPUs of its own, not built yet) is refused with a message."""
+    import dataclasses
+
+    import engines
+    import mismatch
+    import train_mgrpo
+    one = train_mgrpo.Args(rollout_engine=engines.RolloutEngine(async_steps=1))
+    assert mismatch.resolved(one).rollout_engine.rollout_correction == "tis"
+    assert mismatch.resolved(train_mgrpo.Args()).rollout_engine.rollout_correction == "none"
+    with pytest.raises(SystemExit, match="--backend hf"):
+        mismatch.resolved(dataclasses.replace(one, backend="vllm"))
+    with pytest.raises(SystemExit, match="async-steps 2"):
+        mismatch.resolved(train_mgrpo.Args(rollout_engine=engines.RolloutEngine(async_steps=2)))

@@ -86,9 +86,9 @@ def main(args: Args) -> None:
     for k, got in runs.items():
         if got:
             tpm = statistics.mean(r["traj_per_min"] for r in got)
-            print(f"| {k} | {len(got)} | {tpm:.1f} | {tpm / base:.2f} | "
-                  f"{statistics.mean(r['wait_batch'] for r in got):.1f} | {statistics.mean(r['update'] for r in got):.1f} | "
-                  f"{statistics.mean(r['batch_waited'] for r in got):.1f} |")
+            mean = lambda key: statistics.mean(r[key] for r in got)   # noqa: E731
+            print(f"| {k} | {len(got)} | {tpm:.1f} | {tpm / base:.2f} | {mean('wait_batch'):.1f} | {mean('update'):.1f} "
+                  f"| {mean('batch_waited'):.1f} |")
 
 
 if __name__ == "__main__":

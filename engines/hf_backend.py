@@ -262,8 +262,9 @@ class HFBackend:
     distribution than the trainer, as vLLM in bf16 does beside a DeepSpeed trainer (``rollout.Sample.logprobs``
     keep the engine's; train_mgrpo measures and corrects the mismatch); with ``invariance`` only fixed shapes.
     ``own_weights``: decode with a copy of ``model`` in its dtype, refreshed only by ``take_weights`` (train_mgrpo's
-    --async-steps 1: the update runs while this decodes). ``num_threads``: torch threads of the model thread (default: torch's setting). On a small shared CPU
-    box 1 is often faster than 2: OpenMP workers spin-wait when other processes take the cores.
+    --async-steps 1: the update runs while this decodes). ``num_threads``: torch threads of the model thread
+    (default: torch's setting). On a small shared CPU box 1 is often faster than 2: OpenMP workers spin-wait when
+    other processes take the cores.
     """
 
     def __init__(self, model, tokenizer, *, max_new_tokens: int = SAMPLING.max_new_tokens,

@@ -4,8 +4,9 @@ Each run is ``train_mgrpo.py`` itself, in a process of its own, with make demo's
 4 warm-up steps, micro-batches of 16, the invalid-action penalty, pages restarted in place, <= 6 interactions of
 64 tokens; scripts/demo_common.sh) from ``--model``, for ``--steps`` steps, and each configuration's own flags
 (``--configs``); the runs go in ``--order`` (A B B A by default) so that a busy moment of the shared box falls on
-both alike. From each run's metrics.jsonl: trajectories per minute over the steps after the first (the first holds
-the start-up and, at K = 1, its batch rolled with nothing beside it), and the median seconds a step's trainer waited
+both alike. From each run's metrics.jsonl: trajectories per minute over the steps between the first and the last (the
+first holds the start-up and, at K = 1, its batch rolled with nothing beside it; the last, at K = 1, its update with
+no next batch beside it), and the median seconds a step's trainer waited
 for its batch (``rollout/seconds``: at K = 1 what the update did not hide), the update's (``train/seconds``) and, at
 K = 1, how long a finished batch waited for the update (``async/rollouts_waited_seconds``). ``--action-delay 3``
 waits 3 s after every browser action, VAB's latency at the paper's scale, where the rollouts' side mostly waits; the
@@ -40,7 +41,7 @@ class Args:
     model: str = "experiments/evidence/reference_bc"
     """the policy to train from (the committed reference BC: make demo's BC)"""
     steps: int = 5
-    """M-GRPO steps per run (the first is not timed)"""
+    """M-GRPO steps per run (>= 3; the first and the last are not timed)"""
     action_delay: float = 0.0
     """seconds to wait after every browser action (the paper's latency: VAB's 3 s)"""
     configs: str = "k0=--async-steps 0;k1=--async-steps 1"
@@ -67,7 +68,7 @@ def one_run(args: Args, flags: list[str], out: Path) -> dict[str, float]:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] >= 1]
-    timed = steps[1:]
+    timed = steps[1:-1]   # steady steps: not the first (start-up) nor the last (K = 1: no next batch beside its update)
     n = 8 * 8 * len(timed)   # B x G a step (no dynamic sampling)
     med = lambda key: statistics.median(r.get(key, 0.0) for r in timed)   # noqa: E731
     return {"traj_per_min": 60 * n / (timed[-1]["time"] - steps[0]["time"]), "wait_batch": med("rollout/seconds"),

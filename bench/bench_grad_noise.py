@@ -15,7 +15,7 @@ g_k, so from the g_k:
   as a check, from single groups against all K (B_small = 1, B_big = K). A batch of B has an expected cosine
   between independent halves of about 1 / (1 + B_simple / B): the table prints it beside the measured one.
 
-Each advantage of ``--advantages`` (grpo: Eq. 2's A_i; gigpo: A_i + omega A^S, train_mgrpo.step_advantages) is
+Each advantage of ``--advantages`` (grpo: Eq. 2's A_i; gigpo: A_i + omega A^S, levers.step_advantages) is
 measured on the same trajectories. A group is informative when any of its advantages is non-zero.
 
     .venv/bin/python bench/bench_grad_noise.py --model runs/demo/bc/hf --groups 128 --out runs/noise.json

@@ -124,7 +124,8 @@ def test_collectives_go_to_the_device_of_the_backend(monkeypatch):
     seen = []
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: 2)
     monkeypatch.setattr(distributed, "collective_device", lambda: seen.append("asked") or torch.device("cpu"))
-    monkeypatch.setattr(torch.distributed, "all_reduce", lambda t, op=None: seen.append(t.device) or t.mul_(2))
+    monkeypatch.setattr(torch.distributed, "all_reduce",
+                        lambda t, op=None, group=None: seen.append(t.device) or t.mul_(2))
     assert distributed.all_reduce_sum(5) == 10 and distributed.all_reduce_max(1) == 2
     assert distributed.all_reduce_mean({"a": 1.0}) == {"a": 1.0}
     assert seen == ["asked", torch.device("cpu")] * 3

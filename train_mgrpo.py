@@ -420,8 +420,7 @@ def update(engine, ref_model, batch: Batch, pad_id: int, args: Args, *, how: str
 # ---- the training loop ----
 
 def tasks_per_step(requested: int, group_size: int, world: int) -> int:
-    """B, the groups of one step: ``requested`` (a multiple of ``world``), or for 0 the paper's 16 trajectories,
-    16 // G groups, rounded up to a multiple of ``world``: (0, 4, 1) -> 4, (0, 4, 8) -> 8, (6, 4, 4) exits."""
+    """B: ``requested`` (a multiple of ``world``), or for 0 the paper's 16 // G groups, up to a multiple of ``world``."""
     if requested % world:
         raise SystemExit(f"--tasks-per-step {requested} must be a multiple of the world size {world} (or 0: to fit)")
     return requested or max(1, math.ceil(max(1, 16 // group_size) / world)) * world
@@ -439,8 +438,9 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
     ``pending``: the checkpoint's; ``demos``: --demo-data's. Returns (steps, state, why it stopped, batch in flight)."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out, started, stopped = Path(args.out), time.time(), Stop.NO
-    if step:   # resumed (main logs it): the engine generates with the checkpoint's weights
+    if step:   # resumed: the engine generates with the checkpoint's weights
         await backend.load_weights(engine.module)
+        log.info("resumed: step_%d's weights loaded into the rollout engine (%s)", step, type(backend).__name__)
     bar = tqdm(total=args.steps, initial=step, desc="m-grpo", disable=rank != 0, dynamic_ncols=True)
     async with args.env.pool() as pool, \
             Runner(pool, args.tasks_per_step // world * args.group_size, timeout_s=args.episode.episode_timeout,

@@ -114,11 +114,10 @@ class Gauge:
 
 def resolved(args: Any) -> Any:
     """train_mgrpo's ``args`` with its ``rollout_engine.rollout_correction`` resolved (``resolve``); --async-steps
-    checked (1: with --backend hf only, so far)."""
+    checked (0 or 1)."""
     engine, ep = args.rollout_engine, args.episode
-    if engine.async_steps not in (0, 1) or (engine.async_steps and args.backend != "hf"):
-        raise SystemExit(f"--async-steps {engine.async_steps}: 0, or 1 with --backend hf (vLLM on GPUs of its own "
-                         "beside the trainer's is not built yet: docs/training.md, one step off)")
+    if engine.async_steps not in (0, 1):
+        raise SystemExit(f"--async-steps {engine.async_steps}: 0 (rollouts, then the update) or 1 (one step off)")
     mode = resolve(engine.rollout_correction, args.backend, ep.temperature, ep.top_p, engine.async_steps)
     return dataclasses.replace(args, rollout_engine=dataclasses.replace(engine, rollout_correction=mode))
 

@@ -529,7 +529,7 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engi
                  max_batch_size: int = 64, num_threads: int | None = None, chat_template: str | None = None,
                  gpu_memory: float = 0.7, vllm_eager: bool = False, local_rank: int | None = None,
                  own_session: bool = False, base_url: str | None = None, timeout_s: float = 60.0,
-                 engine_dtype: str = "", own_weights: bool = False):
+                 engine_dtype: str = "", own_weights: bool = False, vllm_devices: str = ""):
     """The generation backend of ``kind`` for ``model``, as every script builds it (train_mgrpo.py, eval.py).
 
     Every backend has ``generate`` (the interface above), ``.tokenizer`` (the one its prompts are rendered and
@@ -546,8 +546,10 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engi
     * ``engine_dtype`` ("bfloat16", "float32", ...; "" the default: the trainer's dtype for hf, vLLM's choice for
       vllm): the dtype the engine computes in; for hf a copy of the trainer's model in it (HFBackend's
       ``engine_dtype``), so that the engine's distribution differs from the trainer's as at paper scale.
-    * ``own_weights`` (hf): the engine decodes with a copy of the trainer's model, which the trainer refreshes
-      (``load_weights``) when its schedule says (train_mgrpo's --async-steps 1).
+    * ``own_weights``: the engine keeps the weights it decodes with through the trainer's update, which hands it
+      the new ones (``after_update``) when its schedule says (train_mgrpo's --async-steps 1): hf decodes with a
+      copy of the trainer's model, vllm does not sleep during the update; ``vllm_devices``: the vLLM engines' GPUs
+      of their own, one per local rank ("": each rank's engine on the rank's GPU).
     * ``"openai"``: ``model`` is the served model's name at ``base_url``; ``tokenizer`` (optional) counts prompts.
     """
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
@@ -568,7 +570,8 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engi
         backend = vllm_backend.VLLMBackend(str(model), tokenizer=tokenizer, **sampling, seed=seed,
                                            max_model_len=max_context, gpu_memory_utilization=gpu_memory,
                                            local_rank=local_rank, own_session=own_session, enforce_eager=vllm_eager,
-                                           dtype=engine_dtype or None)
+                                           dtype=engine_dtype or None, devices=vllm_devices or None,
+                                           sleep_mode=False if own_weights else None)
         if chat_template and tokenizer is None:   # the engine renders nothing: prompts are ids rendered with this
             backend.tokenizer.chat_template = read_chat_template(chat_template)
         return backend

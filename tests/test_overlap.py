@@ -28,6 +28,7 @@ class Fake:
     async def sync(self):
         assert not self.rolling, "the engine's weights changed during a batch's rollouts"
         self.engine, self.syncs = self.trainer, self.syncs + 1
+        return {"sync/version": float(self.engine)}
 
     def update(self, batch):
         t0 = time.time()
@@ -37,12 +38,15 @@ class Fake:
         return batch["drawn_by"]
 
 
-async def _run(k, steps, fake, pending=None, stop_after=None):
+async def _run(k, steps, fake, pending=None, stop_after=None, frozen=()):
+    """``steps`` steps of the schedule; in the steps of ``frozen`` (1-based) nothing is learned (no update)."""
     sched, seen = OneStepOff(fake.roll, fake.sync, k, pending=pending), []
     try:
         for s in range(steps):
             batch, figures = await sched.next(last=s + 1 == steps)
             seen.append((batch, figures))
+            if s + 1 in frozen:
+                continue
             await sched.update(fake.update, batch)
             if not k:   # the trainer's after_update (train_mgrpo.train: at k = 0 the weights go over after the update)
                 await fake.sync()
@@ -61,10 +65,22 @@ def test_one_step_off_draws_batch_s_with_the_weights_of_update_s_minus_2():
     assert all(b["still"] == b["drawn_by"] for b, _ in seen)  # never weights in the middle of a batch
     assert all(f["async/staleness"] == 1.0 for _, f in seen)
     assert left is None and fake.trainer == 5               # nothing in flight after the last step
+    assert fake.syncs == 5                                  # once after each update (the last: settle's)
+    assert [f.get("sync/version") for _, f in seen] == [None, 1.0, 2.0, 3.0, 4.0]   # the sync's figures logged
     # the update runs in the update thread, overlapping the next batch's rollouts in the event loop
     assert {name for *_, name in fake.spans.values()} == {"update_0"}
     overlapped = [s for s in range(1, 4) if seen[s][0]["span"][0] < fake.spans[s][1]]
     assert overlapped == [1, 2, 3], (seen, fake.spans)
+
+
+def test_no_sync_where_no_update_changed_the_weights():
+    """A step that learns nothing (every group's rewards equal) leaves the trainer's weights as the engine holds
+    them: no push (vLLM's costs seconds), and the schedule's batches are drawn as before."""
+    fake = Fake()
+    seen, _ = asyncio.run(_run(1, 5, fake, frozen={2, 3}))
+    assert [b["drawn_by"] for b, _ in seen] == [0, 0, 1, 1, 1] and fake.trainer == 3
+    assert fake.syncs == 3                                  # after the updates of steps 1, 4 and 5
+    assert [f.get("sync/version") for _, f in seen] == [None, 1.0, None, None, 2.0]
 
 
 def test_zero_steps_off_is_the_papers_step():
@@ -94,10 +110,9 @@ def test_only_zero_or_one_step_off():
         OneStepOff(None, None, 2)
 
 
-def test_one_step_off_corrects_with_tis_and_runs_with_the_hf_engine_only():
+def test_one_step_off_corrects_with_tis_on_both_engines():
     """At K = 1 the samples are drawn by weights one update older than the trainer's: ``--rollout-correction auto``
-    resolves to TIS (decoupled PPO's behaviour correction) where K = 0 with the HF engine has none; vLLM at K = 1
-    (an engine beside the trainer on GPUs of its own, not built yet) is refused with a message."""
+    resolves to TIS (decoupled PPO's behaviour correction) where K = 0 with the HF engine has none; vLLM too."""
     import dataclasses
 
     import engines
@@ -106,7 +121,6 @@ def test_one_step_off_corrects_with_tis_and_runs_with_the_hf_engine_only():
     one = train_mgrpo.Args(rollout_engine=engines.RolloutEngine(async_steps=1))
     assert mismatch.resolved(one).rollout_engine.rollout_correction == "tis"
     assert mismatch.resolved(train_mgrpo.Args()).rollout_engine.rollout_correction == "none"
-    with pytest.raises(SystemExit, match="--backend hf"):
-        mismatch.resolved(dataclasses.replace(one, backend="vllm"))
+    assert mismatch.resolved(dataclasses.replace(one, backend="vllm")).rollout_engine.rollout_correction == "tis"
     with pytest.raises(SystemExit, match="async-steps 2"):
         mismatch.resolved(train_mgrpo.Args(rollout_engine=engines.RolloutEngine(async_steps=2)))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -209,6 +210,9 @@ def test_each_rank_engine_sees_its_own_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     with vllm_backend._engine_gpus(1):
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
+    with vllm_backend._engine_gpus(1, devices="6,7"):   # --vllm-devices: the engines' GPUs of their own
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     with vllm_backend._engine_gpus(0):
@@ -815,7 +819,7 @@ def test_engine_processes_detach_with_the_source_read_at_import(monkeypatch):
     assert "os.setsid()" in script and "PR_SET_PDEATHSIG" in script
 
 
-def test_vllm_sleep_mode_rule():
+def test_vllm_sleep_mode_rule(monkeypatch):
     """CUDA only (vLLM refuses sleep mode on other platforms, so this is a rule-level check; the real CPU
     engine's no-op is in tests/test_vllm.py): with sleep mode the engine is started with enable_sleep_mode,
     sleep() is vLLM's level 1 (weights to CPU memory, KV cache freed) and wake_up() undoes it."""
@@ -839,6 +843,20 @@ def test_vllm_sleep_mode_rule():
     asyncio.run(off.sleep())
     assert off.engine.calls == []
     assert vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, stop_ids=[0]).sleep_mode == torch.cuda.is_available()
+    # on CUDA: asleep during the update where the engine shares the trainer's GPU, never on GPUs of its own
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, stop_ids=[0]).sleep_mode is True
+    assert vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, stop_ids=[0], devices="4,5").sleep_mode is False
+
+
+def test_one_step_off_keeps_the_vllm_engine_awake(monkeypatch):
+    """make_backend's rule for --async-steps 1 (own_weights) and --vllm-devices: the engine is built without sleep
+    mode (it generates the next batch while the trainer updates) and on the GPUs it is given."""
+    built = []
+    monkeypatch.setattr(vllm_backend, "VLLMBackend", lambda path, **kw: built.append(kw) or SimpleNamespace())
+    policy.make_backend("vllm", "ckpt", own_weights=True, vllm_devices="4,5,6,7")
+    policy.make_backend("vllm", "ckpt")
+    assert [(kw["sleep_mode"], kw["devices"]) for kw in built] == [(False, "4,5,6,7"), (None, None)]
 
 
 def test_load_in_bf16_casts_parameters_but_keeps_rotary_frequencies_in_fp32(tmp_path):

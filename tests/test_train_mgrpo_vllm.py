@@ -63,12 +63,15 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     resumes (ZeRO-3): the engine, started from the BC model, gets the checkpoint's weights pushed first, and
     its probe log-probs match the trainer's. Once that resumed step is logged the trainer is SIGKILLed, its
     engine running (an out-of-memory kill: no chance to clean up): the engine, out of reach of the trainer's
-    process group, gets SIGTERM when its parent dies, and no process the trainer started outlives it."""
+    process group, gets SIGTERM when its parent dies, and no process the trainer started outlives it. The run is one
+    step off (--async-steps 1): the engine generates the next batch during the update, awake, and takes the
+    trainer's weights at the schedule's sync, checked there; Ctrl-C finishes the batch in flight too, the
+    checkpoint keeps it, and the resumed run takes it first (K = 0 with vLLM: the two-rank test above)."""
     out = tmp_path / "rlc"
     cmd = [sys.executable, "train_mgrpo.py", "--model", str(half_right_bc), "--tasks", "miniwob:click-button",
-           "--out", str(out), "--backend", "vllm", "--steps", "200", "--tasks-per-step", "1", "--group-size", "2",
-           "--max-turns", "1", "--max-new-tokens", "8", "--prompt", "short", "--beta", "0", "--save-every", "0",
-           "--ds-config", "configs/zero3.json", "--vllm-eager"]
+           "--out", str(out), "--backend", "vllm", "--steps", "200", "--tasks-per-step", "1", "--group-size", "4",
+           "--max-turns", "1", "--max-new-tokens", "40", "--prompt", "short", "--beta", "0", "--save-every", "0",
+           "--ds-config", "configs/zero3.json", "--vllm-eager", "--async-steps", "1"]
     code, started = _trainer_until_step(cmd, tmp_path / "log.txt", out, 0,
                                         lambda proc: os.killpg(proc.pid, signal.SIGINT))   # a terminal's Ctrl-C
     text = (tmp_path / "log.txt").read_text()
@@ -76,6 +79,7 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     steps = [r["step"] for r in metrics(out) if r.get("step", 0) >= 1]
     assert steps == list(range(1, len(steps) + 1)) and steps[-1] < 200
     assert (out / "latest").read_text() == f"step_{steps[-1]}" and (out / "hf" / "config.json").exists()
+    assert (out / f"step_{steps[-1]}" / "pending_rank0.pt").exists()     # the batch that was in flight
     assert not outliving(started, 30), text[-4000:]
 
     last = steps[-1]
@@ -85,7 +89,11 @@ def test_mgrpo_vllm_ctrl_c_finishes_the_step_saves_leaves_no_process_and_resumes
     assert f"step_{last}'s weights loaded into the rollout engine (VLLMBackend)" in resumed
     rows = [r for r in metrics(out) if r.get("step", 0) >= 1]
     assert [r["step"] for r in rows][:last + 1] == list(range(1, last + 2))
-    assert all(r["sync/max_logprob_diff"] <= 1e-4 for r in rows if "sync/max_logprob_diff" in r), rows
+    # each update's push is checked at the next step's sync (the last before the stop: by the checkpoint's settle)
+    learned = [r["step"] for r in rows if "train/loss" in r and r["step"] < last]
+    assert learned and all(rows[s]["sync/max_logprob_diff"] <= 1e-4 for s in learned), rows   # rows[s]: step s + 1
+    assert all(0.9 <= rows[s]["sync/shift_ratio"] <= 1.1 for s in learned), rows   # the engine moved as the trainer
+    assert all(r["async/staleness"] == 1.0 for r in rows) and "rollout correction tis" in resumed, rows
     assert not outliving(started, 60)
 
 

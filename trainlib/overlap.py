@@ -9,11 +9,12 @@ staleness is exactly one update by a fixed schedule, never weights in the middle
              [ rollouts of batch s + 1 (event loop) ........................... ]
              [ update s on batch s (the update thread) ..............   ]         (the next step waits for both)
 
-The engine's weights change only between two batches' rollouts (``sync``), so every sample is drawn by one set of
-weights, which the schedule names, whatever the machine's speed; the update runs in one dedicated thread with its
-own torch thread count, the rollouts' collectives on a process group of their own (``side_group``), so that the
-two sides' collectives never interleave differently on two ranks. A checkpoint keeps the batch in flight
-finished (``settle``, ``pending``), so a resumed run takes it as the uninterrupted one would have.
+The engine's weights change only between two batches' rollouts (``sync``, once an update changed the trainer's),
+so every sample is drawn by one set of weights, which the schedule names, whatever the machine's speed; the update
+runs in one dedicated thread with its own torch thread count, the rollouts' collectives on a process group of their
+own (``side_group``), so that the two sides' collectives never interleave differently on two ranks. A checkpoint
+keeps the batch in flight finished (``settle``, ``pending``), so a resumed run takes it as the uninterrupted one
+would have. The engine is either backend: HF decodes with a copy of the weights, vLLM keeps its own until the push.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ import torch
 
 class OneStepOff:
     """The batches of a run, ``k`` steps off (0 or 1). ``roll()``: one batch's rollouts (a coroutine function);
-    ``sync()``: hand the engine the trainer's current weights (a coroutine function, called only with no rollout in
-    flight); ``pending``: a finished batch restored from a checkpoint (the batch that was in flight), or None;
+    ``sync()``: hand the engine the trainer's current weights (a coroutine function returning figures or None,
+    called only with no rollout in flight and only after ``update`` ran: the trainer's ``backend.after_update``);
+    ``pending``: a finished batch restored from a checkpoint (the batch that was in flight), or None;
     ``threads``: the update thread's torch threads (0: torch's setting)."""
 
     def __init__(self, roll: Callable[[], Awaitable[Any]], sync: Callable[[], Awaitable[Any]], k: int, *,
@@ -45,6 +47,8 @@ class OneStepOff:
             1, thread_name_prefix="update", initializer=torch.set_num_threads if threads else None,
             initargs=(threads,) if threads else ()) if k else None
         self.rolled_at = 0.0   # when the batch in flight finished (the rollouts' side then waits for the update)
+        self.changed = False   # an update ran since the engine last took the trainer's weights
+        self.synced: dict[str, float] = {}   # the last sync's figures, logged with the next step's
 
     async def next(self, last: bool) -> tuple[Any, dict[str, float]]:
         """This step's batch and the schedule's figures. k = 0: rolled now. k = 1: the batch rolled during the last
@@ -52,17 +56,23 @@ class OneStepOff:
         batch's rollouts start (none after the ``last`` step). Figures: ``rollout/seconds`` (the trainer's wait for
         this batch; k = 1: what the update did not hide), ``async/staleness`` (updates between the weights that
         drew the batch and those it updates), ``async/rollouts_waited_seconds`` (how long the finished batch waited
-        for the update)."""
+        for the update), and k = 1 the sync's own (vLLM: the push's seconds and its check, ``sync/...``)."""
         t0 = time.time()
         batch = await (self.inflight if self.inflight is not None else self.roll())
         self.inflight = None
         figures = {"rollout/seconds": time.time() - t0}
         if self.k:
             figures["async/rollouts_waited_seconds"] = max(0.0, t0 - self.rolled_at) if self.rolled_at else 0.0
-            await self.sync()
+            await self._take_weights()
             if not last:
                 self.inflight = asyncio.ensure_future(self._timed_roll())
+            figures |= self.synced
+            self.synced = {}
         return batch, figures | {"async/staleness": float(self.k)}
+
+    async def _take_weights(self) -> None:
+        if self.changed:   # (no update since the last sync: the engine holds the trainer's weights already)
+            self.synced, self.changed = (await self.sync()) or {}, False
 
     async def _timed_roll(self) -> Any:
         batch = await self.roll()
@@ -74,7 +84,9 @@ class OneStepOff:
         the event loop keeps the batch in flight rolling."""
         if not self.k:
             return fn(*args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self.updater, functools.partial(fn, *args, **kwargs))
+        out = await asyncio.get_running_loop().run_in_executor(self.updater, functools.partial(fn, *args, **kwargs))
+        self.changed = True
+        return out
 
     async def settle(self) -> Any:
         """Finish the batch in flight (it keeps its weights) and hand the engine the trainer's: what validation
@@ -83,7 +95,7 @@ class OneStepOff:
             return None
         if self.inflight is not None:
             await asyncio.wait([self.inflight])
-        await self.sync()
+        await self._take_weights()
         return self.inflight.result() if self.inflight is not None else None
 
     def close(self) -> None:

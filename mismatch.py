@@ -62,18 +62,23 @@ def rollout_correction(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: tor
     raise ValueError(f"rollout correction {mode!r}: one of {', '.join(MODES)}")
 
 
-def mismatch_sums(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+def mismatch_sums(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: torch.Tensor,
+                  cap: float = 2.0) -> dict[str, float]:
     """How far the trainer's log-probs at the sampling weights are from the engine's, as sums and maxima over the
     action tokens (``mismatch_stats`` turns them into the step's figures). With d = log pi_train - log pi_engine
     and tokens drawn from the engine: KL(pi_engine || pi_train) as the mean of -d (the direct estimator) and of
     exp(d) - 1 - d (k3, never negative); the largest |d|; tokens whose ratio pi_train / pi_engine lies outside
-    [0.5, 2]; per sample the sequence log ratio (the sum of d over the action's tokens)."""
+    [0.5, 2], and above ``cap`` (the tokens tis truncates); the ratio's sum and sum of squares (its spread); per
+    sample the sequence log ratio (the sum of d over the action's tokens)."""
     mask = mask.to(torch.float64)
     d = (old_logp.detach().double() - eng_logp.double()) * mask
     seq = d.sum(-1)[mask.sum(-1) > 0]
+    rho = torch.exp(d) * mask
     return {"tokens": float(mask.sum()), "k1": float((-d).sum()), "k3": float(((torch.exp(d) - 1 - d) * mask).sum()),
             "max_abs": float(d.abs().max()) if d.numel() else 0.0,
             "outside": float(((d.abs() > math.log(2.0)).double() * mask).sum()),
+            "truncated": float(((d > math.log(cap)).double() * mask).sum()),
+            "rho": float(rho.sum()), "rho_sq": float((rho * rho).sum()),
             "samples": float(len(seq)), "seq_sum": float(seq.sum()),
             "seq_max_abs": float(seq.abs().max()) if len(seq) else 0.0}
 
@@ -84,6 +89,9 @@ def mismatch_stats(sums: list[dict[str, float]]) -> dict[str, float]:
     return {"mismatch/kl_k1": sum(x["k1"] for x in sums) / n, "mismatch/kl_k3": sum(x["k3"] for x in sums) / n,
             "mismatch/max_abs_log_ratio": max(x["max_abs"] for x in sums),
             "mismatch/ratio_outside": sum(x["outside"] for x in sums) / n,
+            "mismatch/ratio_truncated": sum(x["truncated"] for x in sums) / n,
+            "mismatch/ratio_std": math.sqrt(max(sum(x["rho_sq"] for x in sums) / n
+                                                - (sum(x["rho"] for x in sums) / n) ** 2, 0.0)),
             "mismatch/seq_log_ratio_mean": sum(x["seq_sum"] for x in sums) / m,
             "mismatch/seq_log_ratio_max": max(x["seq_max_abs"] for x in sums)}
 
@@ -105,7 +113,7 @@ class Gauge:
         if eng is None:
             return None
         if first_epoch:
-            self.sums.append(mismatch_sums(old_logp, eng, mask))
+            self.sums.append(mismatch_sums(old_logp, eng, mask, self.cap))
         return None if self.mode in ("none", "auto") else rollout_correction(old_logp, eng, mask, self.mode, self.cap)
 
     def stats(self) -> dict[str, float]:

@@ -118,8 +118,7 @@ class Args:
     updates_per_batch: int = 1
     """optimizer updates per rollout batch; >1 takes old log-probs from a forward pass before the first"""
     rollout_engine: engines.RolloutEngine = field(default_factory=engines.RolloutEngine)
-    """the rollout engine beside the trainer (flags --engine-dtype, --vllm-gpu-memory, --vllm-eager,
-    --rollout-correction, --rollout-correction-cap)"""
+    """the rollout engine beside the trainer (flags --engine-dtype, --vllm-*, --rollout-correction*, --async-steps)"""
     micro_batch: int = 4
     """action samples per forward/backward pass (a context's samples together, the context computed once)"""
     grad_clip: float = 0.01
@@ -137,8 +136,7 @@ class Args:
     grad_checkpointing: bool = False
     """gradient checkpointing"""
     lora_rank: int = 0
-    """LoRA adapters of this rank on every linear layer but the head (peft), base frozen; hf/ holds the merged
-    weights; --backend hf only (0: full fine-tuning, the paper's)"""
+    """LoRA adapters of this rank on every linear layer but the head (peft; hf/ merged; --backend hf; 0: the paper's)"""
     lora_alpha: float = 32.0
     """--lora-rank: LoRA's alpha, the update scaled by alpha / rank (32, as in "LoRA Without Regret")"""
     seed: int = 0
@@ -476,6 +474,7 @@ async def train(args: Args, engine, ref_model, backend, tokenizer, tasks: list[w
                 synced = await backend.after_update(engine.module) if learn and not batches.k else {}   # (k: at next)
 
                 # ---- log [collectives: the metrics averaged over ranks, the mismatch's largest, the Stop] ----
+                times["rollout/trajectories_per_minute"] = 60 * len(trajs) * world / (time.time() - batches.started)
                 stats = step_stats(trajs, batch, rounds, train_stats | times, tasks, args) | synced
                 out_of_time = bool(args.time_budget) and time.time() - started > args.time_budget
                 stopped = Stop(distributed.all_reduce_max(Stop.INTERRUPTED if interrupted.is_set() else
@@ -641,7 +640,8 @@ def plot_dynamics(out: Path, model: str, step: int) -> None:
               ("val/success_rate", "greedy success, validation", 1, "val/episodes"),
               ("train/kl", "KL to the start (reference)"), ("rollout/frac_signal", "groups with a signal"),
               ("mismatch/kl_k3", "engine/trainer mismatch (KL)"), ("rollout/parse_fail_rate", "unparsable / turn"),
-              ("rollout/response_tokens", "response tokens / trajectory"), ("rollout/success/*", "success per task")]
+              ("rollout/response_tokens", "response tokens / trajectory"), ("rollout/success/*", "success per task"),
+              ("rollout/trajectories_per_minute", "trajectories / minute (--async-steps: its gain)")]
     runlog.plot_metrics(out / "metrics.jsonl", panels, out / "dynamics.png",
                         title=f"M-GRPO training dynamics: {out} (from {model})", smooth=max(5, step // 10))
 

@@ -17,7 +17,8 @@ What it implements
   is a function of its prompt and seed only; without a seed, the global generator's next draws.
 - Batch invariance (``invariance``): a seeded response the same to the bit whatever else is decoded beside it,
   by forwards at shapes that depend on the request alone (``hf_kv.FIXED_SHAPES``, checked at start by
-  ``_fixed_shapes_hold``), or by a float64 copy of the model where those shapes do not suffice; ``engine_dtype``:
+  ``_fixed_shapes_hold``; prompts prefilled on a grid whatever the prefix cache holds, ``hf_kv.PREFILL_CHUNK``),
+  or by a float64 copy of the model where those shapes do not suffice; ``engine_dtype``:
   a bfloat16 copy instead (an engine that is not the trainer, docs/training.md).
 - ``model_logprobs`` / ``backend.logprobs_of``: log pi(target | prompt), to compare the trainer with the rollout engine after a weight push.
 - ``Generation.logprobs[k]`` = log softmax(raw logits)[ids[k]]: the model's distribution at temperature 1 with
@@ -573,23 +574,22 @@ class HFBackend:
 
     def _prefill(self, prompt: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The last position's logits ``[1, V]`` and the per-layer KV of ``prompt``, computing only what the
-        prefix cache does not hold."""
+        prefix cache does not hold, in chunks on a fixed grid (``hf_kv.PREFILL_CHUNK``: the cached prefix cut
+        back to it, so the result is the same to the bit whatever the cache held)."""
         from transformers import DynamicCache
-        dev = next(self.model.parameters()).device
+        dev, chunk = next(self.model.parameters()).device, hf_kv.PREFILL_CHUNK
         n, kv = self._prefixes.longest(prompt)
-        if self.fixed_shapes and n > len(prompt) - hf_kv.FIXED_SHAPES["rows"]:
-            # compute at least `rows` positions, from a block boundary: what is cached changes no shape's rows
-            n = max(0, (len(prompt) - hf_kv.FIXED_SHAPES["rows"]) // self._prefixes.block * self._prefixes.block)
-            kv = [(k[:, :, :n], v[:, :, :n]) for k, v in kv] if n else None
+        n = min(n, len(prompt) - 1) // chunk * chunk    # (the last position is always computed: its logits)
         cache = DynamicCache(config=self.model.config)
-        for layer, (k, v) in enumerate(kv or []):
-            cache.update(k, v, layer)
-        ids = torch.tensor([prompt[n:]], device=dev)
-        positions = torch.arange(n, len(prompt), device=dev)[None]
+        for layer, (k, v) in enumerate(kv if n else []):
+            cache.update(k[:, :, :n], v[:, :, :n], layer)
         keep = {"logits_to_keep": 1} if self._keep_logits else {}
-        with self._attention():
-            logits = self.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
-                                **keep).logits[:, -1]                                 # [1, V]
+        for start in range(n, len(prompt), chunk):
+            end = min(start + chunk, len(prompt))
+            with self._attention():
+                logits = self.model(input_ids=torch.tensor([prompt[start:end]], device=dev), use_cache=True,
+                                    position_ids=torch.arange(start, end, device=dev)[None], past_key_values=cache,
+                                    **keep).logits[:, -1]                             # [1, V]
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         self._prefixes.add(prompt, kv)
         self.stats["prefill_tokens"] += len(prompt) - n

@@ -200,6 +200,12 @@ def attention(model, name: str | None):
 # At 2 threads attention over a few rows still differed, so there the start-up check fails.
 # ``HFBackend._fixed_shapes_hold`` checks the rule on the machine at hand.
 FIXED_SHAPES = {"rows": 16, "cols": 512, "col_step": 64}
+# A prompt is prefilled in chunks of PREFILL_CHUNK positions on a grid from position 0, whatever the prefix cache
+# holds (its hits are cut back to the grid): a chunk's shapes, and so its rounding, never depend on which earlier
+# prompt left which blocks. Prefilling positions 512-898 after 512 cached ones gave logits 1.4e-6 away from the
+# whole prompt's (issue 100: two runs of one --async-steps 1 command drew their second turns' log-probs differently,
+# by which turn of a group reached the cache first). A multiple of the cache's block.
+PREFILL_CHUNK = 128
 
 
 def fixed_cols(n: int) -> int:

@@ -387,9 +387,11 @@ def test_hf_backend_request_joins_the_rows_being_decoded(tiny):
 
 def test_hf_backend_reuses_the_kv_of_a_shared_prefix(tiny):
     """A prompt that extends an earlier one (the next turn of a task repeats the system prompt and the goal)
-    is prefilled from the earlier prompt's KV: only its new tokens are computed, with the same result."""
+    is prefilled from the earlier prompt's KV: only its new tokens are computed, with the same result. What it
+    reuses stops at the prefill's grid (``hf_kv.PREFILL_CHUNK``), so its positions are computed in the chunks a
+    prompt prefilled alone computes them in: the same logits and KV to the bit, whatever the cache held."""
     model, tok = tiny
-    first = _prompts(tok, 4)[3]
+    first = _prompts(tok, 7)[6]                       # 283 tokens: 256 of them reused, on the grid of 128
     longer = first + _prompts(tok, 2)[1]
 
     def run(share: bool):
@@ -402,12 +404,21 @@ def test_hf_backend_reuses_the_kv_of_a_shared_prefix(tiny):
 
     (full, full_stats), (reused, stats) = run(False), run(True)
     assert full_stats["prefix_hit_tokens"] == 0 and full_stats["prefill_tokens"] == len(first) + len(longer)
-    block = hf_kv.PrefixCache(0).block
-    assert stats["prefix_hit_tokens"] == len(first) // block * block
+    assert stats["prefix_hit_tokens"] == len(first) // hf_kv.PREFILL_CHUNK * hf_kv.PREFILL_CHUNK > 0
     assert stats["prefill_tokens"] == len(first) + len(longer) - stats["prefix_hit_tokens"]
     for f, r, p in zip(full, reused, (first, longer)):
-        assert f.ids == r.ids
+        assert f.ids == r.ids and f.logprobs == r.logprobs   # the same to the bit, reused or not
         assert r.logprobs == pytest.approx(hf_backend.model_logprobs(model, p, r.ids), abs=1e-4)
+    # every cached prefix, on and off the grid, against the prompt prefilled alone: logits and KV to the bit
+    backend = hf_backend.HFBackend(model, tok, max_new_tokens=1)
+    alone = backend._executor.submit(backend._prefill, longer).result()
+    for cut in range(hf_kv.PrefixCache(0).block, len(longer) + 1, 45):
+        backend._prefixes = hf_kv.PrefixCache(1 << 20)
+        backend._executor.submit(backend._prefill, longer[:cut]).result()
+        logits, kv = backend._executor.submit(backend._prefill, longer).result()
+        assert torch.equal(logits, alone[0]) and all(torch.equal(a, b) for x, y in zip(kv, alone[1])
+                                                     for a, b in zip(x, y)), cut
+    asyncio.run(backend.aclose())
 
 
 def test_prefix_cache_keeps_blocks_once_and_forgets_the_least_recent():

@@ -57,6 +57,16 @@ def test_correction_weights_equal_a_slow_reference(mode, seed):
     kept = float((got > 0).sum() / mask.sum())
     assert 0.0 < kept <= 1.0 and (kept < 1.0 or mode.endswith("tis"))
     assert torch.equal(rollout_correction(old, eng, mask, "none", 2.0), mask)
+    # the step's figures of the same ratios, written out: the share tis truncates, both sides of [1/2, 2], the spread
+    rhos = [math.exp(o - e) for o_row, e_row, k in zip(old.tolist(), eng.tolist(), lengths)
+            for o, e in zip(o_row[:k], e_row[:k])]
+    mean = sum(rhos) / len(rhos)
+    halves = [mismatch_sums(old[a:b], eng[a:b], mask[a:b], cap=1.5) for a, b in ((0, 6), (6, 12))]   # micro-batches
+    stats = mismatch_stats(halves)
+    assert stats["mismatch/ratio_truncated"] == pytest.approx(sum(r > 1.5 for r in rhos) / len(rhos))
+    assert stats["mismatch/ratio_outside"] == pytest.approx(sum(not 0.5 <= r <= 2 for r in rhos) / len(rhos))
+    assert stats["mismatch/ratio_std"] == pytest.approx(math.sqrt(sum((r - mean) ** 2 for r in rhos) / len(rhos)))
+    assert 0 < stats["mismatch/ratio_truncated"] < 1
 
 
 def test_tis_reweights_eq2_terms_and_none_leaves_the_loss_as_it_was():

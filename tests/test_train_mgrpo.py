@@ -18,7 +18,7 @@ def _run_record(out) -> tuple[str, list[dict], list[dict]]:
     """What a run wrote that must not depend on anything but its command: the sha256 of the published weights,
     the per-step metrics without wall-clock times, and the logged trajectories."""
     weights = hashlib.sha256((out / "hf" / "model.safetensors").read_bytes()).hexdigest()
-    rows = [{k: v for k, v in r.items() if k != "time" and not k.endswith("seconds")}
+    rows = [{k: v for k, v in r.items() if k != "time" and not k.endswith(("seconds", "per_minute"))}
             for r in metrics(out)]
     trajs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     return weights, rows, trajs
@@ -92,11 +92,13 @@ def test_mgrpo_one_step_off_is_a_function_of_its_command(half_right_bc, tmp_path
     assert "rollout correction tis" in log
     rows = metrics(first)
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and all(r["async/staleness"] == 1.0 for r in rows[1:])
+    assert all(r["rollout/trajectories_per_minute"] > 0 for r in rows[1:])
     learned = {r["step"] for r in rows if "train/loss" in r}
     stale = {s: rows[s]["mismatch/max_abs_log_ratio"] for s in learned if s >= 2}
     assert any(s - 1 in learned for s in stale), rows                    # (a batch drawn by older weights)
     for s, gap in stale.items():   # rounding only when the weights that drew the batch are the trainer's
         assert (gap > 1e-4) == (s - 1 in learned), (s, gap, learned)
+        assert (rows[s]["mismatch/ratio_std"] > 1e-6) == (s - 1 in learned), rows[s]   # the behaviour weights' spread
     assert (first / "step_3" / "pending_rank0.pt").exists() and not (first / "step_4" / "pending_rank0.pt").exists()
     record = _run_record(first)
     run_script("train_mgrpo.py", *common, "--out", str(second), "--steps", "4")

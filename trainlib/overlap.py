@@ -47,6 +47,7 @@ class OneStepOff:
             1, thread_name_prefix="update", initializer=torch.set_num_threads if threads else None,
             initargs=(threads,) if threads else ()) if k else None
         self.rolled_at = 0.0   # when the batch in flight finished (the rollouts' side then waits for the update)
+        self.started = 0.0     # when this step's ``next`` began: the step's wall time runs from here
         self.changed = False   # an update ran since the engine last took the trainer's weights
         self.synced: dict[str, float] = {}   # the last sync's figures, logged with the next step's
 
@@ -57,7 +58,7 @@ class OneStepOff:
         this batch; k = 1: what the update did not hide), ``async/staleness`` (updates between the weights that
         drew the batch and those it updates), ``async/rollouts_waited_seconds`` (how long the finished batch waited
         for the update), and k = 1 the sync's own (vLLM: the push's seconds and its check, ``sync/...``)."""
-        t0 = time.time()
+        t0 = self.started = time.time()
         batch = await (self.inflight if self.inflight is not None else self.roll())
         self.inflight = None
         figures = {"rollout/seconds": time.time() - t0}

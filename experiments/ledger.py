@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -610,7 +611,33 @@ def claims() -> list[Claim]:
             *engine_mismatch(arms, from_reference, True), *reading, *mismatch_by_seed(arms),
             *findings(issue70, metrics70), *quality(quality_ev), *clean_bc(quality_ev, issue86["test"]),
             *exchange(load_json("issue57_exchange_test.json")), *fresh(load("issue87_outcomes.jsonl.gz")["test"]),
-            *login_rows()]
+            *login_rows(), *one_step_off(load("issue87_outcomes.jsonl.gz")["test"],
+                                         load("issue100_async_outcomes.jsonl.gz")["test"])]
+
+
+def pooled(ev: Outcomes, pairs: list[tuple[str, str]], decoding: str) -> tuple[float, float]:
+    """a - b over several pairs (seeds), each page's difference averaged over the pairs: (its mean over the pages,
+    the SE over the pages), in points."""
+    values = [(page_values(ev.episodes(a, decoding)), page_values(ev.episodes(b, decoding))) for a, b in pairs]
+    d = [sum(va[p] - vb[p] for va, vb in values) / len(values) for p in sorted(values[0][1])]
+    mean = sum(d) / len(d)
+    return 100 * mean, 100 * math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+
+
+def one_step_off(k0: Outcomes, k1: Outcomes) -> Iterator[Claim]:
+    """Issue 100's RL effect of --async-steps 1 (experiments/async_effect.sh) on the fresh pages at make demo's
+    budget (6): each seed's RL - BC at K = 0 (issue 87's rl-sS) and at K = 1 (async-sS), and K = 1 - K = 0 pooled
+    over the seeds (the plan's rule) and by seed with the mean's 95% t-interval."""
+    ev = within(Outcomes([r for o in (k0, k1) for rows in o.by_run.values() for r in rows]), 6)
+    runs = sorted(int(r.rsplit("-s", 1)[1]) for r in k1.by_run if r.startswith("async-s"))
+    pairs = [(f"async-s{s}", f"rl-s{s}") for s in runs]
+    for dec in (T1, GREEDY):
+        rl_bc = {k: [ev.diff(f"{p}-s{s}", "bc", dec)[0] for s in runs] for k, p in ((0, "rl"), (1, "async"))}
+        d = [ev.diff(a, b, dec)[0] for a, b in pairs]
+        yield Claim(f"one step off, {dec}", "docs/training.md",
+                    f"{dec}: RL - BC {seeds(rl_bc[0])} at K = 0, {seeds(rl_bc[1])} at K = 1 (seeds "
+                    f"{', '.join(map(str, runs))}); K = 1 - K = 0 {pm(pooled(ev, pairs, dec))} pooled, by seed "
+                    f"{seeds(d)} (mean {interval(d)})")
 
 
 def login_rows() -> Iterator[Claim]:

@@ -11,6 +11,7 @@ checks the ones docs/training.md writes). Markdown on stdout.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def rollouts(name: str) -> tuple[str, str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     k0, k1 = load("issue87_outcomes.jsonl.gz")["test"], load("issue100_async_outcomes.jsonl.gz")["test"]
     ev = within(Outcomes([r for o in (k0, k1) for rows in o.by_run.values() for r in rows]), 6)
     runs = sorted(int(r.rsplit("-s", 1)[1]) for r in k1.by_run if r.startswith("async-s"))

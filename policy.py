@@ -567,6 +567,10 @@ def make_backend(kind: str, model, tokenizer=None, *, max_new_tokens: int = engi
                                     own_weights=own_weights)
     if kind == "vllm":
         from engines import vllm_backend   # (vLLM is imported only by those who use it)
+        if own_weights and not vllm_devices and torch.cuda.is_available():
+            log.warning("one step off with vLLM on the trainer's GPU: the engine stays awake through the update "
+                        "with its %.0f%% of the GPU's memory; give it GPUs of its own (--vllm-devices) or a "
+                        "--vllm-gpu-memory that leaves the update room (docs/gpu.md)", 100 * gpu_memory)
         backend = vllm_backend.VLLMBackend(str(model), tokenizer=tokenizer, **sampling, seed=seed,
                                            max_model_len=max_context, gpu_memory_utilization=gpu_memory,
                                            local_rank=local_rank, own_session=own_session, enforce_eager=vllm_eager,

@@ -7,6 +7,7 @@ import ast
 import asyncio
 import glob
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -860,7 +861,7 @@ def test_vllm_sleep_mode_rule(monkeypatch):
     assert vllm_backend.VLLMBackend(engine=Engine(), tokenizer=None, stop_ids=[0], devices="4,5").sleep_mode is False
 
 
-def test_one_step_off_keeps_the_vllm_engine_awake(monkeypatch):
+def test_one_step_off_keeps_the_vllm_engine_awake(monkeypatch, caplog):
     """make_backend's rule for --async-steps 1 (own_weights) and --vllm-devices: the engine is built without sleep
     mode (it generates the next batch while the trainer updates) and on the GPUs it is given."""
     built = []
@@ -868,6 +869,10 @@ def test_one_step_off_keeps_the_vllm_engine_awake(monkeypatch):
     policy.make_backend("vllm", "ckpt", own_weights=True, vllm_devices="4,5,6,7")
     policy.make_backend("vllm", "ckpt")
     assert [(kw["sleep_mode"], kw["devices"]) for kw in built] == [(False, "4,5,6,7"), (None, None)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # awake on the trainer's GPU: said at start
+    with caplog.at_level(logging.WARNING, logger="policy"):
+        policy.make_backend("vllm", "ckpt", own_weights=True, gpu_memory=0.7)
+    assert "stays awake through the update with its 70%" in caplog.text
 
 
 def test_load_in_bf16_casts_parameters_but_keeps_rotary_frequencies_in_fp32(tmp_path):

@@ -86,7 +86,7 @@ def test_mgrpo_one_step_off_is_a_function_of_its_command(half_right_bc, tmp_path
     its step-3 checkpoint (which keeps batch 4, in flight then, finished) redoes step 4 as the first did."""
     common = ["--model", str(half_right_bc), "--tasks", "miniwob:click-button,click-link", "--tasks-per-step", "2",
               "--group-size", "4", "--max-turns", "2", "--max-new-tokens", "40", "--prompt", "short", "--lr", "1e-4",
-              "--save-every", "3", "--eval-every", "2", "--eval-pages", "2", "--async-steps", "1"]
+              "--save-every", "3", "--eval-every", "2", "--eval-pages", "1", "--async-steps", "1"]
     first, second = tmp_path / "a", tmp_path / "b"
     log = run_script("train_mgrpo.py", *common, "--out", str(first), "--steps", "4")
     assert "rollout correction tis" in log

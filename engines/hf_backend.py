@@ -231,9 +231,10 @@ class HFBackend:
     """Continuous batching on the model's own forward, in one worker thread: a request joins the rows being
     decoded at the next token, and a row leaves the batch the token it ends, so nothing waits for a batch's
     longest response and no prompt is padded. A new prompt is prefilled alone, reusing the KV of the longest
-    prefix it shares with a recent prompt (``hf_kv.PrefixCache``: the G trajectories of an RL group start from one
-    page, every turn of a task repeats the system prompt and the goal); its KV then goes into a preallocated
-    slab (``hf_kv.Slab``) where each decode step writes one column per row. Rows may mix temperatures and top-p.
+    prefix it shares with a recent prompt in blocks of the prefill's grid (``hf_kv.PrefixCache``,
+    ``hf_kv.PREFILL_CHUNK``: the G trajectories of an RL group start from one page, every turn of a task repeats
+    the system prompt and the goal); its KV then goes into a preallocated slab (``hf_kv.Slab``) where each decode
+    step writes one column per row. Rows may mix temperatures and top-p.
     ``decode="generate"``: dynamic batches of HF's ``model.generate`` instead (left padding, a batch decodes
     until its longest row ends; requests that arrive meanwhile wait for the next batch), the path of models the
     loop does not support (``continuous_batching_supported``) and of benchmarks comparing the two.
@@ -574,15 +575,14 @@ class HFBackend:
 
     def _prefill(self, prompt: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The last position's logits ``[1, V]`` and the per-layer KV of ``prompt``, computing only what the
-        prefix cache does not hold, in chunks on a fixed grid (``hf_kv.PREFILL_CHUNK``: the cached prefix cut
-        back to it, so the result is the same to the bit whatever the cache held)."""
+        prefix cache does not hold, in chunks on a fixed grid (``hf_kv.PREFILL_CHUNK``, the cache's block: what it
+        holds ends on the grid, so the result is the same to the bit whatever the cache held)."""
         from transformers import DynamicCache
         dev, chunk = next(self.model.parameters()).device, hf_kv.PREFILL_CHUNK
-        n, kv = self._prefixes.longest(prompt)
-        n = min(n, len(prompt) - 1) // chunk * chunk    # (the last position is always computed: its logits)
+        n, kv = self._prefixes.longest(prompt)          # (n < len(prompt): the last position's logits are computed)
         cache = DynamicCache(config=self.model.config)
-        for layer, (k, v) in enumerate(kv if n else []):
-            cache.update(k[:, :, :n], v[:, :, :n], layer)
+        for layer, (k, v) in enumerate(kv or []):
+            cache.update(k, v, layer)
         keep = {"logits_to_keep": 1} if self._keep_logits else {}
         for start in range(n, len(prompt), chunk):
             end = min(start + chunk, len(prompt))

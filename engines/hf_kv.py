@@ -68,6 +68,15 @@ class Slab:
         return self.cols - 1
 
 
+# A prompt is prefilled in chunks of PREFILL_CHUNK positions on a grid from position 0, whatever the prefix cache
+# holds (PrefixCache keeps blocks of this size, so its hits end on the grid): a chunk's shapes, and so its
+# rounding, never depend on which earlier prompt left which blocks. Prefilling positions 512-898 in one forward
+# after 512 cached ones gave logits 1.4e-6 away from the whole prompt's in one (issue 100: two runs of one
+# --async-steps 1 command drew their second turns' log-probs differently, by which turn of a group reached the
+# cache first; it held blocks of 16 then).
+PREFILL_CHUNK = 128
+
+
 class PrefixCache:
     """The KV of recently prefilled prompts in blocks of ``block`` tokens, each block stored once under the hash
     of the whole prefix it ends (a chain: the hash of the previous block's hash and its own tokens), as vLLM's
@@ -77,7 +86,7 @@ class PrefixCache:
     blocks leave past ``max_tokens``. Valid for one set of weights: the backend drops it whenever it has
     nothing in flight (weights are only updated then)."""
 
-    def __init__(self, max_tokens: int, block: int = 16):
+    def __init__(self, max_tokens: int, block: int = PREFILL_CHUNK):
         self.max_tokens, self.block = max_tokens, block
         # chain hash -> (parent hash, the block's tokens, per layer (keys, values) [1, kv_heads, block, head_dim]);
         # dict order is recency (least recent first)
@@ -189,9 +198,9 @@ def attention(model, name: str | None):
         cfg._attn_implementation = old
 
 
-# ``HFBackend(invariance="fixed-shapes")``'s shapes: every forward of the decode loop computes at least ``rows``
-# rows (a prompt's prefill at least ``rows`` positions from a prefix-cache block boundary; a decode step pads its
-# batch), and every attention spans ``fixed_cols`` key columns (``sdpa_fixed``). A CPU's kernels pick
+# ``HFBackend(invariance="fixed-shapes")``'s shapes: every decode step computes at least ``rows`` rows (it pads its
+# batch), every attention spans ``fixed_cols`` key columns (``sdpa_fixed``), and a prompt's prefill runs in the
+# chunks of ``PREFILL_CHUNK`` above, the same whatever the prefix cache holds. A CPU's kernels pick
 # their code by shape: on the 2-core box (AMD EPYC, torch's CPU kernels) a row of a matrix product came out the
 # same to the bit in every product of >= 4 rows at 1 thread (>= 12 at 2) and differently in smaller ones, and
 # SDPA gave a query row the same result whatever the number of keys once they were padded to at least 512 and a
@@ -200,12 +209,6 @@ def attention(model, name: str | None):
 # At 2 threads attention over a few rows still differed, so there the start-up check fails.
 # ``HFBackend._fixed_shapes_hold`` checks the rule on the machine at hand.
 FIXED_SHAPES = {"rows": 16, "cols": 512, "col_step": 64}
-# A prompt is prefilled in chunks of PREFILL_CHUNK positions on a grid from position 0, whatever the prefix cache
-# holds (its hits are cut back to the grid): a chunk's shapes, and so its rounding, never depend on which earlier
-# prompt left which blocks. Prefilling positions 512-898 after 512 cached ones gave logits 1.4e-6 away from the
-# whole prompt's (issue 100: two runs of one --async-steps 1 command drew their second turns' log-probs differently,
-# by which turn of a group reached the cache first). A multiple of the cache's block.
-PREFILL_CHUNK = 128
 
 
 def fixed_cols(n: int) -> int:
